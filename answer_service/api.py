@@ -1,0 +1,233 @@
+"""The HTTP API: `POST /v1/answer` (SSE or JSON), health, readiness and recent traces.
+
+Settings and components are built in the lifespan, so tests can hand in their own settings.
+A request's deadline is born here, at arrival, and carried into the pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.sse import EventSourceResponse, format_sse_event
+from starlette.background import BackgroundTask
+
+from answer_service.components import Components
+from answer_service.errors import InvalidRequestError, NotReadyError, ServiceError
+from answer_service.pipeline import (
+    AnswerPipeline,
+    AnswerRequest,
+    DoneEvent,
+    ErrorEvent,
+    PipelineEvent,
+    PreparedAnswer,
+    SourcesEvent,
+    TokenEvent,
+)
+from answer_service.schemas import (
+    AnswerBody,
+    AnswerOut,
+    DonePayload,
+    ErrorPayload,
+    ErrorResponse,
+    ReadyOut,
+    SourceOut,
+    SourcesPayload,
+    TokenPayload,
+)
+from answer_service.settings import Settings
+from budget import Deadline
+
+logger = logging.getLogger(__name__)
+
+_ERROR_STATUS = {"generation_timeout": 504, "generation_unavailable": 503}
+
+
+def get_components(request: Request) -> Components:
+    components: Components = request.app.state.components
+    return components
+
+
+ComponentsDep = Annotated[Components, Depends(get_components)]
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
+async def readyz(components: ComponentsDep) -> JSONResponse:
+    reasons = await components.not_ready_reasons()
+    retriever = components.retriever
+    body = ReadyOut(
+        ready=not reasons,
+        reasons=reasons,
+        index_passages=len(retriever.index) if retriever else None,
+        sglang_url=components.sglang.base_url,
+        model=components.served_model,
+    )
+    return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
+
+
+def _answer_request(body: AnswerBody, settings: Settings) -> AnswerRequest:
+    query = body.query.strip()
+    if not query:
+        raise InvalidRequestError("`query` must contain non-whitespace text")
+    if len(query) > settings.max_query_chars:
+        raise InvalidRequestError(
+            f"`query` is {len(query)} characters; the limit is {settings.max_query_chars}"
+        )
+    budget_ms = body.ttft_budget_ms or settings.default_ttft_budget_ms
+    if budget_ms > settings.max_ttft_budget_ms:
+        raise InvalidRequestError(
+            f"`ttft_budget_ms` is {budget_ms}; the limit is {settings.max_ttft_budget_ms}"
+        )
+    top_k = body.top_k or settings.default_top_k
+    if top_k > settings.max_top_k:
+        raise InvalidRequestError(f"`top_k` is {top_k}; the limit is {settings.max_top_k}")
+    return AnswerRequest(query=query, ttft_budget_ms=budget_ms, top_k=top_k)
+
+
+def _sse(event: PipelineEvent) -> bytes:
+    match event:
+        case SourcesEvent(sources):
+            payload: Any = SourcesPayload(sources=[SourceOut.of(s) for s in sources])
+            name = "sources"
+        case TokenEvent(text):
+            payload, name = TokenPayload(text=text), "token"
+        case ErrorEvent():
+            payload, name = ErrorPayload.of(event), "error"
+        case DoneEvent(stats):
+            payload, name = DonePayload.of(stats), "done"
+    return format_sse_event(data_str=payload.model_dump_json(), event=name)
+
+
+async def _stream(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> AsyncIterator[bytes]:
+    async for event in pipeline.events(prepared):
+        yield _sse(event)
+
+
+async def _collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> JSONResponse:
+    parts: list[str] = []
+    error: ErrorEvent | None = None
+    done: DoneEvent | None = None
+    async for event in pipeline.events(prepared):
+        if isinstance(event, TokenEvent):
+            parts.append(event.text)
+        elif isinstance(event, ErrorEvent):
+            error = event
+        elif isinstance(event, DoneEvent):
+            done = event
+    assert done is not None, "the pipeline always ends with done"
+    body = AnswerOut(
+        answer="".join(parts),
+        sources=[SourceOut.of(s) for s in prepared.sources],
+        done=DonePayload.of(done.stats),
+        error=ErrorPayload.of(error) if error else None,
+    )
+    status = 200 if error is None else _ERROR_STATUS.get(error.code, 502)
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+@router.post(
+    "/v1/answer",
+    response_model=AnswerOut,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "SSE or one JSON object"},
+        422: {"model": ErrorResponse},
+        503: {"model": ErrorResponse},
+        504: {"model": ErrorResponse},
+    },
+)
+async def answer(body: AnswerBody, components: ComponentsDep) -> Any:
+    request = _answer_request(body, components.settings)
+    deadline = Deadline.after_ms(request.ttft_budget_ms)
+    pipeline = components.pipeline
+    if pipeline is None:
+        reason = components.warm_up_error or "warming up"
+        raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
+    prepared = await pipeline.prepare(request, deadline)
+    if not body.stream:
+        try:
+            return await _collect(pipeline, prepared)
+        finally:
+            prepared.close_nowait()
+
+    async def release() -> None:
+        # Runs even when the client went away before the stream started.
+        prepared.close_nowait()
+
+    return EventSourceResponse(
+        _stream(pipeline, prepared),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(release),
+    )
+
+
+@router.get("/v1/traces")
+async def recent_traces(
+    components: ComponentsDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[dict[str, Any]]:
+    """Recent finished requests with their stage spans (the dashboard reads this)."""
+    return [asdict(trace) for trace in components.recent.recent(limit)]
+
+
+def _error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {}
+    if (retry_after := extra.pop("retry_after_s", None)) is not None:
+        headers["Retry-After"] = str(retry_after)
+    body = {"error": {"code": code, "message": message, **extra}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    if exc.status_code >= 500:
+        logger.warning("request failed code=%s error=%s", exc.code, exc.message)
+    return _error_response(
+        exc.status_code, exc.code, exc.message, retry_after_s=exc.retry_after_s
+    )
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+        for err in exc.errors()
+    ]
+    summary = "; ".join(
+        f"{'.'.join(str(part) for part in d['loc'][1:]) or 'body'}: {d['msg']}" for d in details
+    )
+    return _error_response(422, "invalid_request", summary or "invalid request", details=details)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        components = Components.create(settings or Settings())
+        app.state.components = components
+        components.start_warm_up()
+        try:
+            yield
+        finally:
+            await components.aclose()
+
+    app = FastAPI(
+        title="answer-service",
+        version="0.1.0",
+        summary="Streamed, sourced answers inside a time-to-first-token budget.",
+        lifespan=lifespan,
+    )
+    app.include_router(router)
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    return app

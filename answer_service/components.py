@@ -1,0 +1,140 @@
+"""Building the service's components from settings, and warming them up.
+
+`Components` is the composition root: one shared `httpx.AsyncClient`, the SGLang client, the
+tracer and the recent-trace store exist from the start; the pipeline appears once warm-up
+(embedder, index, chat template) has finished, and `not_ready_reasons()` says what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import httpx
+from opentelemetry.sdk.trace import TracerProvider
+
+from answer_service.pipeline import AnswerPipeline, PipelineConfig
+from answer_service.settings import Settings
+from answer_service.telemetry import RecentTraces, build_tracer_provider
+from generation.errors import GenerationError
+from generation.prompt_layout import HFChatTemplate
+from generation.sglang_client import SGLangClient
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.errors import RetrievalError
+from retrieval.faiss_index import FaissIndex
+from retrieval.retriever import DenseRetriever
+
+logger = logging.getLogger(__name__)
+
+_SGLANG_RETRY_S = 2.0
+
+
+@dataclass(slots=True)
+class Components:
+    settings: Settings
+    http: httpx.AsyncClient
+    sglang: SGLangClient
+    recent: RecentTraces
+    provider: TracerProvider
+    retriever: DenseRetriever | None = None
+    pipeline: AnswerPipeline | None = None
+    served_model: str | None = None
+    warm_up_error: str | None = None
+    _warm_up_task: asyncio.Task[None] | None = field(default=None)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Components:
+        http = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            timeout=httpx.Timeout(10.0),
+        )
+        recent = RecentTraces(settings.recent_traces)
+        provider = build_tracer_provider(
+            settings.service_name, recent, settings.otel_exporter_otlp_endpoint
+        )
+        return cls(settings, http, SGLangClient(http, settings.sglang_url), recent, provider)
+
+    def start_warm_up(self) -> None:
+        self._warm_up_task = asyncio.get_running_loop().create_task(self._warm_up())
+
+    async def wait_ready(self) -> None:
+        if self._warm_up_task is not None:
+            await self._warm_up_task
+
+    async def _warm_up(self) -> None:
+        settings = self.settings
+        try:
+            if settings.index_dir is None:
+                raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
+            embedder = SentenceTransformerEmbedder(
+                EmbedderConfig(model=settings.embedder_model, device=settings.device)
+            )
+            await asyncio.to_thread(embedder.warm_up)
+            index = await asyncio.to_thread(
+                FaissIndex.load, settings.index_dir,
+                embedder=embedder.name, dimension=embedder.dimension,
+            )
+            # Warm the query path once, so the first request does not pay for lazy set-up.
+            await asyncio.to_thread(lambda: index.search(embedder.encode(["warm-up"]), 1))
+            self.retriever = DenseRetriever(embedder, index, max_workers=settings.retrieval_workers)
+            tokenizer = settings.tokenizer or await self._served_model()
+            self.served_model = self.served_model or tokenizer
+            template = HFChatTemplate(tokenizer)
+            await asyncio.to_thread(template.warm_up)
+        except (RetrievalError, GenerationError) as exc:
+            self.warm_up_error = str(exc)
+            logger.error("warm-up failed error=%s", exc)
+            return
+        self.pipeline = AnswerPipeline(
+            self.retriever, template, self.sglang,
+            self.provider.get_tracer("answer_service"),
+            _pipeline_config(settings, self.served_model),
+        )
+        logger.info("warm-up finished passages=%d model=%s", len(index), self.served_model)
+
+    async def _served_model(self) -> str:
+        """The model SGLang serves; waits for SGLang to come up (readiness says so meanwhile)."""
+        while True:
+            try:
+                self.served_model = await self.sglang.model_path()
+                return self.served_model
+            except GenerationError as exc:
+                logger.info("waiting for sglang url=%s error=%s", self.sglang.base_url, exc)
+                await asyncio.sleep(_SGLANG_RETRY_S)
+
+    async def not_ready_reasons(self) -> list[str]:
+        reasons = []
+        if self.warm_up_error is not None:
+            reasons.append(f"warm-up failed: {self.warm_up_error}")
+        elif self.pipeline is None:
+            reasons.append("warming up (embedder, index, chat template)")
+        if not await self.sglang.health(timeout_s=1.0):
+            reasons.append(f"SGLang at {self.sglang.base_url} is not healthy")
+        return reasons
+
+    async def aclose(self) -> None:
+        if self._warm_up_task is not None and not self._warm_up_task.done():
+            self._warm_up_task.cancel()
+            await asyncio.gather(self._warm_up_task, return_exceptions=True)
+        if self.retriever is not None:
+            self.retriever.close()
+        await self.sglang.drain()
+        await self.http.aclose()
+        self.provider.shutdown()
+
+
+def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:
+    return PipelineConfig(
+        served_model=served_model or "unknown",
+        max_prompt_tokens=settings.max_prompt_tokens,
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        retrieval_share=settings.retrieval_share,
+        retrieval_floor_ms=settings.retrieval_floor_ms,
+        ttft_timeout_factor=settings.ttft_timeout_factor,
+        next_token_timeout_s=settings.next_token_timeout_s,
+        sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
+        snippet_chars=settings.snippet_chars,
+        record_content=settings.record_content,
+    )

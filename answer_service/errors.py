@@ -1,0 +1,48 @@
+"""Errors the service maps to HTTP answers and SSE `error` events.
+
+    ServiceError                 base: carries an HTTP status and a stable `code`
+    ├── InvalidRequestError      400/422: the request cannot be answered as asked
+    ├── NotReadyError            503: warm-up has not finished (index, models, chat template)
+    ├── UpstreamUnavailableError 503: SGLang cannot be reached
+    ├── StageTimeoutError        504: a stage overran its deadline before the stream began
+    └── UpstreamError            502: SGLang refused or failed the request
+
+Only this package turns errors of `retrieval/` and `generation/` into these.
+"""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class InvalidRequestError(ServiceError):
+    status_code = 422
+    code = "invalid_request"
+
+
+class NotReadyError(ServiceError):
+    status_code = 503
+    code = "not_ready"
+
+
+class UpstreamUnavailableError(ServiceError):
+    status_code = 503
+    code = "generation_unavailable"
+
+
+class StageTimeoutError(ServiceError):
+    status_code = 504
+    code = "stage_timeout"
+
+
+class UpstreamError(ServiceError):
+    status_code = 502
+    code = "generation_failed"

@@ -1,0 +1,405 @@
+"""The answer pipeline: embed → search → prompt → generate, each stage a span with a deadline.
+
+`prepare()` does everything that can still fail with a plain HTTP error (retrieval, the prompt,
+and opening the SGLang stream up to its response headers); `events()` then yields `sources`,
+the `token` deltas and `done` (or `error` then `done`). No FastAPI here: `eval/` runs the same
+pipeline in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
+
+from answer_service.errors import (
+    InvalidRequestError,
+    ServiceError,
+    StageTimeoutError,
+    UpstreamError,
+    UpstreamUnavailableError,
+)
+from budget import Deadline
+from generation.errors import (
+    GenerationError,
+    GenerationTimeoutError,
+    PromptTooLongError,
+    SGLangRequestError,
+    SGLangUnavailableError,
+)
+from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
+from generation.sglang_client import (
+    GenerationResult,
+    GenerationStream,
+    SamplingParams,
+    SGLangClient,
+    StreamTimeouts,
+)
+from retrieval.errors import RetrievalError, RetrievalTimeoutError
+from retrieval.passage import ScoredPassage
+from retrieval.retriever import DenseRetriever
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    served_model: str
+    max_prompt_tokens: int = 1800
+    max_new_tokens: int = 160
+    temperature: float = 0.0
+    retrieval_share: float = 0.3
+    retrieval_floor_ms: int = 250
+    ttft_timeout_factor: float = 4.0
+    next_token_timeout_s: float = 20.0
+    sglang_connect_timeout_s: float = 2.0
+    snippet_chars: int = 300
+    record_content: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    query: str
+    ttft_budget_ms: int
+    top_k: int
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    number: int
+    passage_id: str
+    doc_id: str
+    title: str
+    score: float
+    snippet: str
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimings:
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    prompt_ms: float = 0.0
+    generate_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerStats:
+    trace_id: str
+    outcome: str
+    ttft_ms: float | None
+    ttft_budget_ms: int
+    within_budget: bool
+    stages: StageTimings
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    passages_in_prompt: int
+    passages_dropped: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesEvent:
+    sources: tuple[Source, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    stage: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    stats: AnswerStats
+
+
+PipelineEvent = SourcesEvent | TokenEvent | ErrorEvent | DoneEvent
+
+
+@dataclass(slots=True)
+class PreparedAnswer:
+    """A request whose sources are known and whose SGLang stream is open.
+
+    Owns the root span, the generate span and the stream: `close_nowait()` releases all three
+    without awaiting, so it is safe from any `finally`, even under cancellation.
+    """
+
+    request: AnswerRequest
+    deadline: Deadline
+    sources: tuple[Source, ...]
+    prompt: Prompt
+    stream: GenerationStream
+    root: Span
+    generate_span: Span
+    timings: StageTimings
+    outcome: str = "ok"
+    ttft_ms: float | None = None
+    _closed: bool = field(default=False)
+
+    @property
+    def trace_id(self) -> str:
+        return format(self.root.get_span_context().trace_id, "032x")
+
+    def stats(self) -> AnswerStats:
+        result = self.stream.result
+        return AnswerStats(
+            trace_id=self.trace_id,
+            outcome=self.outcome,
+            ttft_ms=self.ttft_ms,
+            ttft_budget_ms=self.request.ttft_budget_ms,
+            within_budget=self.ttft_ms is not None and self.ttft_ms <= self.request.ttft_budget_ms,
+            stages=self.timings,
+            prompt_tokens=result.prompt_tokens if result else 0,
+            cached_tokens=result.cached_tokens if result else 0,
+            completion_tokens=result.completion_tokens if result else 0,
+            finish_reason=result.finish_reason if result else self.outcome,
+            passages_in_prompt=len(self.prompt.passages),
+            passages_dropped=self.prompt.dropped_passages,
+        )
+
+    def close_nowait(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.stream.close_nowait()
+        _end_generate_span(self.generate_span, self.stream.result)
+        stats = self.stats()
+        self.root.set_attributes(
+            {
+                "answer.outcome": stats.outcome,
+                "answer.within_budget": stats.within_budget,
+                "answer.ttft_ms": stats.ttft_ms if stats.ttft_ms is not None else -1.0,
+            }
+        )
+        if stats.outcome not in ("ok", "cancelled"):
+            self.root.set_status(Status(StatusCode.ERROR, stats.outcome))
+        self.root.end()
+
+
+def _end_generate_span(span: Span, result: GenerationResult | None) -> None:
+    if result is not None:
+        span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": result.prompt_tokens,
+                "gen_ai.usage.output_tokens": result.completion_tokens,
+                "gen_ai.usage.cache_read.input_tokens": result.cached_tokens,
+                "gen_ai.response.finish_reasons": (result.finish_reason,),
+                "gen_ai.response.id": result.rid,
+            }
+        )
+    span.end()
+
+
+def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
+    passage = scored.passage
+    return Source(
+        number=number,
+        passage_id=passage.passage_id,
+        doc_id=passage.doc_id,
+        title=passage.title,
+        score=round(scored.score, 4),
+        snippet=passage.text[:snippet_chars],
+    )
+
+
+class AnswerPipeline:
+    def __init__(
+        self,
+        retriever: DenseRetriever,
+        template: ChatTemplate,
+        sglang: SGLangClient,
+        tracer: Tracer,
+        config: PipelineConfig,
+    ) -> None:
+        self._retriever = retriever
+        self._template = template
+        self._sglang = sglang
+        self._tracer = tracer
+        self._config = config
+
+    def hard_deadline(self, deadline: Deadline) -> Deadline:
+        """The point past which the first token is given up on: budget x timeout factor."""
+        budget_s = (deadline.expires_at_s - deadline.started_at_s) * self._config.ttft_timeout_factor
+        return Deadline(deadline.started_at_s, deadline.started_at_s + budget_s, deadline.clock)
+
+    async def prepare(self, request: AnswerRequest, deadline: Deadline) -> PreparedAnswer:
+        root = self._tracer.start_span(
+            "answer",
+            attributes={
+                "answer.ttft_budget_ms": request.ttft_budget_ms,
+                "answer.top_k": request.top_k,
+                "answer.query_chars": len(request.query),
+                **({"answer.query": request.query} if self._config.record_content else {}),
+            },
+        )
+        try:
+            with trace.use_span(root, end_on_exit=False):
+                return await self._prepare(request, deadline, root)
+        except BaseException as exc:
+            root.record_exception(exc)
+            root.set_attribute("answer.outcome", type(exc).__name__)
+            root.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+            root.end()
+            raise
+
+    async def _prepare(self, request: AnswerRequest, deadline: Deadline, root: Span) -> PreparedAnswer:
+        hard = self.hard_deadline(deadline)
+        retrieval_ms = max(request.ttft_budget_ms * self._config.retrieval_share,
+                           self._config.retrieval_floor_ms)
+        retrieval_deadline = hard.slice_ms(retrieval_ms)
+        scored, embed_ms, search_ms = await self._retrieve(request, retrieval_deadline)
+        started_s = time.perf_counter()
+        sources = tuple(
+            _source(n, sp, self._config.snippet_chars) for n, sp in enumerate(scored, start=1)
+        )
+        prompt = await self._build_prompt(request.query, scored)
+        prompt_ms = (time.perf_counter() - started_s) * 1000.0
+        generate_span = self._tracer.start_span(
+            "generate",
+            attributes={
+                "gen_ai.operation.name": "text_completion",
+                "gen_ai.system": "sglang",
+                "gen_ai.request.model": self._config.served_model,
+                "gen_ai.request.max_tokens": self._config.max_new_tokens,
+                "gen_ai.request.temperature": self._config.temperature,
+                "answer.stage.budget_ms": deadline.remaining_ms(),
+                "answer.prompt.passages": len(prompt.passages),
+                "answer.prompt.tokens_estimate": prompt.prompt_tokens,
+            },
+        )
+        try:
+            stream = await self._open_stream(prompt, hard)
+        except BaseException as exc:
+            generate_span.record_exception(exc)
+            generate_span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+            generate_span.end()
+            raise
+        generate_span.set_attribute("gen_ai.response.id", stream.rid)
+        return PreparedAnswer(
+            request=request,
+            deadline=deadline,
+            sources=sources,
+            prompt=prompt,
+            stream=stream,
+            root=root,
+            generate_span=generate_span,
+            timings=StageTimings(embed_ms=embed_ms, search_ms=search_ms, prompt_ms=prompt_ms),
+        )
+
+    async def _retrieve(
+        self, request: AnswerRequest, deadline: Deadline
+    ) -> tuple[list[ScoredPassage], float, float]:
+        embedder = self._retriever.embedder.name
+        try:
+            with self._tracer.start_as_current_span(
+                "embed",
+                attributes={
+                    "gen_ai.operation.name": "embeddings",
+                    "gen_ai.request.model": embedder,
+                    "answer.stage.budget_ms": deadline.remaining_ms(),
+                },
+            ) as span:
+                vector = await self._retriever.embed_query(request.query, deadline)
+                span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
+            with self._tracer.start_as_current_span(
+                "search",
+                attributes={
+                    "retrieval.k": request.top_k,
+                    "retrieval.index.passages": len(self._retriever.index),
+                    "retrieval.index.type": self._retriever.index.manifest.index_type,
+                    "answer.stage.budget_ms": deadline.remaining_ms(),
+                },
+            ) as span:
+                found = await self._retriever.search(vector.value, request.top_k, deadline)
+                span.set_attribute("retrieval.results", len(found.value))
+                span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
+        except RetrievalTimeoutError as exc:
+            raise StageTimeoutError(str(exc)) from exc
+        except RetrievalError as exc:
+            raise ServiceError(f"retrieval failed: {exc}") from exc
+        return found.value, vector.elapsed_ms, found.elapsed_ms
+
+    async def _build_prompt(self, question: str, scored: list[ScoredPassage]) -> Prompt:
+        passages = [
+            ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
+            for n, sp in enumerate(scored, start=1)
+        ]
+        try:
+            return await asyncio.to_thread(
+                build_prompt, question, passages, self._template,
+                max_prompt_tokens=self._config.max_prompt_tokens,
+            )
+        except GenerationError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+
+    async def _open_stream(self, prompt: Prompt, hard: Deadline) -> GenerationStream:
+        params = SamplingParams(
+            max_new_tokens=self._config.max_new_tokens, temperature=self._config.temperature
+        )
+        timeouts = StreamTimeouts(
+            first_token=hard,
+            connect_s=self._config.sglang_connect_timeout_s,
+            next_token_s=self._config.next_token_timeout_s,
+        )
+        try:
+            return await self._sglang.open_stream(prompt.text, params, timeouts)
+        except SGLangUnavailableError as exc:
+            raise UpstreamUnavailableError(str(exc), retry_after_s=5) from exc
+        except PromptTooLongError as exc:
+            raise InvalidRequestError(f"the prompt does not fit the model: {exc}") from exc
+        except SGLangRequestError as exc:
+            raise UpstreamError(str(exc)) from exc
+
+    async def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:
+        """`sources`, then token deltas, then `done`; a failure mid-stream adds `error`."""
+        yield SourcesEvent(prepared.sources)
+        error: ErrorEvent | None = None
+        generate_started_s = time.perf_counter()
+        try:
+            async for delta in prepared.stream:
+                if prepared.ttft_ms is None:
+                    prepared.ttft_ms = prepared.deadline.elapsed_ms()
+                    prepared.generate_span.add_event(
+                        "first_token", {"answer.ttft_ms": prepared.ttft_ms}
+                    )
+                yield TokenEvent(delta.text)
+        except GenerationError as exc:
+            error = _error_event(exc)
+            prepared.outcome = "error"
+            prepared.generate_span.record_exception(exc)
+            prepared.generate_span.set_status(Status(StatusCode.ERROR, error.message[:200]))
+            logger.warning("generation failed trace_id=%s code=%s", prepared.trace_id, error.code)
+        except BaseException:
+            prepared.outcome = "cancelled"
+            raise
+        finally:
+            prepared.timings = StageTimings(
+                embed_ms=prepared.timings.embed_ms,
+                search_ms=prepared.timings.search_ms,
+                prompt_ms=prepared.timings.prompt_ms,
+                generate_ms=(time.perf_counter() - generate_started_s) * 1000.0,
+            )
+            prepared.close_nowait()
+        if error is not None:
+            yield error
+        yield DoneEvent(prepared.stats())
+
+
+def _error_event(exc: GenerationError) -> ErrorEvent:
+    if isinstance(exc, GenerationTimeoutError):
+        return ErrorEvent("generate", "generation_timeout", str(exc))
+    if isinstance(exc, SGLangUnavailableError):
+        return ErrorEvent("generate", "generation_unavailable", str(exc))
+    return ErrorEvent("generate", "generation_failed", str(exc))

@@ -1,0 +1,130 @@
+"""Pydantic models at the HTTP edge: request bodies, SSE payloads and JSON answers."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from answer_service.pipeline import AnswerStats, ErrorEvent, Source
+
+
+class AnswerBody(BaseModel):
+    """`POST /v1/answer`. Unknown fields and wrong types are refused, not coerced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: StrictStr = Field(min_length=1, max_length=100_000, description="The question.")
+    ttft_budget_ms: StrictInt | None = Field(
+        default=None, gt=0, description="Time-to-first-token budget in milliseconds."
+    )
+    top_k: StrictInt | None = Field(default=None, ge=1, description="Passages to retrieve.")
+    stream: StrictBool = Field(default=True, description="Server-Sent Events, or one JSON object.")
+
+
+class SourceOut(BaseModel):
+    number: int
+    id: str
+    doc_id: str
+    title: str
+    score: float
+    snippet: str
+
+    @classmethod
+    def of(cls, source: Source) -> SourceOut:
+        return cls(
+            number=source.number,
+            id=source.passage_id,
+            doc_id=source.doc_id,
+            title=source.title,
+            score=source.score,
+            snippet=source.snippet,
+        )
+
+
+class SourcesPayload(BaseModel):
+    sources: list[SourceOut]
+
+
+class TokenPayload(BaseModel):
+    text: str
+
+
+class ErrorPayload(BaseModel):
+    stage: str
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, event: ErrorEvent) -> ErrorPayload:
+        return cls(stage=event.stage, code=event.code, message=event.message)
+
+
+class TimingsOut(BaseModel):
+    embed: float
+    search: float
+    prompt: float
+    generate: float
+
+
+class DonePayload(BaseModel):
+    trace_id: str
+    outcome: str
+    ttft_ms: float | None
+    ttft_budget_ms: int
+    within_budget: bool
+    timings_ms: TimingsOut
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    passages_in_prompt: int
+    passages_dropped: int
+
+    @classmethod
+    def of(cls, stats: AnswerStats) -> DonePayload:
+        stages = stats.stages
+        return cls(
+            trace_id=stats.trace_id,
+            outcome=stats.outcome,
+            ttft_ms=None if stats.ttft_ms is None else round(stats.ttft_ms, 2),
+            ttft_budget_ms=stats.ttft_budget_ms,
+            within_budget=stats.within_budget,
+            timings_ms=TimingsOut(
+                embed=round(stages.embed_ms, 2),
+                search=round(stages.search_ms, 2),
+                prompt=round(stages.prompt_ms, 2),
+                generate=round(stages.generate_ms, 2),
+            ),
+            prompt_tokens=stats.prompt_tokens,
+            cached_tokens=stats.cached_tokens,
+            completion_tokens=stats.completion_tokens,
+            finish_reason=stats.finish_reason,
+            passages_in_prompt=stats.passages_in_prompt,
+            passages_dropped=stats.passages_dropped,
+        )
+
+
+class AnswerOut(BaseModel):
+    """The non-streaming answer: what the stream would have carried, in one object."""
+
+    answer: str
+    sources: list[SourceOut]
+    done: DonePayload
+    error: ErrorPayload | None = None
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, object]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    reasons: list[str]
+    index_passages: int | None = None
+    sglang_url: str
+    model: str | None = None

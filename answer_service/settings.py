@@ -1,0 +1,61 @@
+"""The service's one settings class, read from the environment (prefix `ANSWER_`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from retrieval.embedder import DEFAULT_EMBEDDER
+
+DEFAULT_SGLANG_PORT = 30000
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "answer-service"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ANSWER_", extra="ignore")
+
+    service_name: str = "answer-service"
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    index_dir: Path | None = None
+
+    embedder_model: str = DEFAULT_EMBEDDER
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    retrieval_workers: int = Field(default=2, ge=1, le=64)
+
+    sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
+    # Tokenizer whose chat template lays the prompt out; default: the served model's path as
+    # SGLang reports it (a local folder or a hub id).
+    tokenizer: str | None = None
+    max_prompt_tokens: int = Field(default=1800, ge=64)
+    max_new_tokens: int = Field(default=160, ge=1, le=4096)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+
+    default_ttft_budget_ms: int = Field(default=3000, gt=0)
+    max_ttft_budget_ms: int = Field(default=120_000, gt=0)
+    # Retrieval (embed + search) may spend this share of the TTFT budget, but at least the floor.
+    retrieval_share: float = Field(default=0.3, gt=0.0, le=1.0)
+    retrieval_floor_ms: int = Field(default=250, ge=1)
+    # A first token later than budget x factor is given up on; the budget itself is the target.
+    ttft_timeout_factor: float = Field(default=4.0, ge=1.0)
+    next_token_timeout_s: float = Field(default=20.0, gt=0.0)
+    sglang_connect_timeout_s: float = Field(default=2.0, gt=0.0)
+
+    default_top_k: int = Field(default=5, ge=1)
+    max_top_k: int = Field(default=20, ge=1)
+    max_query_chars: int = Field(default=2000, ge=1)
+    snippet_chars: int = Field(default=300, ge=0)
+
+    record_content: bool = False
+    recent_traces: int = Field(default=500, ge=1)
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "ANSWER_OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )

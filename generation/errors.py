@@ -1,0 +1,34 @@
+"""Errors raised by `generation/`.
+
+    GenerationError                  base of everything below
+    ├── SGLangUnavailableError       the server cannot be reached or is not healthy
+    ├── SGLangRequestError           the server refused or failed a request (carries the status)
+    │   └── PromptTooLongError       the prompt does not fit the model's context
+    └── GenerationTimeoutError       no first token, or no next token, within the time allowed
+
+httpx errors are wrapped at the boundary with `raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+
+class GenerationError(Exception):
+    """Base class for generation failures."""
+
+
+class SGLangUnavailableError(GenerationError):
+    pass
+
+
+class SGLangRequestError(GenerationError):
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class PromptTooLongError(SGLangRequestError):
+    pass
+
+
+class GenerationTimeoutError(GenerationError):
+    pass

@@ -1,0 +1,284 @@
+"""An async client for SGLang's native `/generate` API, streamed.
+
+One shared `httpx.AsyncClient` (owned by the caller) carries every request. Each request has
+its own `rid`; a stream that is closed before the server finished (the caller went away, a
+timeout, an error) asks the server to `/abort_request` that rid, so no work is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from budget import Deadline
+from generation.errors import (
+    GenerationError,
+    GenerationTimeoutError,
+    PromptTooLongError,
+    SGLangRequestError,
+    SGLangUnavailableError,
+)
+
+logger = logging.getLogger(__name__)
+
+_ABORT_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+        if self.stop:
+            params["stop"] = list(self.stop)
+        return params
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    text: str
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    rid: str
+    text: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    ttft_ms: float | None
+    elapsed_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTimeouts:
+    """`first_token` comes from the request's deadline; `next_token` bounds each later gap."""
+
+    first_token: Deadline
+    connect_s: float = 2.0
+    next_token_s: float = 30.0
+
+
+class _MetaInfo(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    finish_reason: dict[str, Any] | None = None
+
+
+class _Chunk(BaseModel):
+    """One `data:` line of the stream (SGLang's JSON, validated at the edge)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str = ""
+    meta_info: _MetaInfo = _MetaInfo()
+    error: dict[str, Any] | None = None
+
+
+def _error_from_body(status_code: int, body: bytes) -> SGLangRequestError:
+    try:
+        message = str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = body.decode("utf-8", "replace")[:500]
+    if "context length" in message or "too long" in message:
+        return PromptTooLongError(message, status_code)
+    return SGLangRequestError(f"SGLang answered {status_code}: {message}", status_code)
+
+
+@dataclass(slots=True)
+class GenerationStream:
+    """Token deltas of one request; `result` is set once the server has finished it."""
+
+    rid: str
+    _client: SGLangClient
+    _response: httpx.Response
+    _timeouts: StreamTimeouts
+    _sent_at_s: float
+    result: GenerationResult | None = None
+    _text: str = ""
+    _meta: _MetaInfo = field(default_factory=_MetaInfo)
+    _ttft_ms: float | None = None
+    _closed: bool = False
+
+    async def __aiter__(self) -> AsyncIterator[TokenDelta]:
+        lines = self._response.aiter_lines()
+        try:
+            while True:
+                timeout_s = (
+                    self._timeouts.first_token.remaining_s()
+                    if self._ttft_ms is None
+                    else self._timeouts.next_token_s
+                )
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        line = await anext(lines)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    which = "first" if self._ttft_ms is None else "next"
+                    raise GenerationTimeoutError(
+                        f"no {which} token from SGLang within {timeout_s * 1000:.0f} ms"
+                    ) from exc
+                except httpx.HTTPError as exc:
+                    raise SGLangUnavailableError(f"SGLang stream broke: {exc}") from exc
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                delta = self._consume(payload)
+                if delta is not None:
+                    yield delta
+            self._finish()
+        finally:
+            self.close_nowait()
+
+    def _consume(self, payload: str) -> TokenDelta | None:
+        try:
+            chunk = _Chunk.model_validate_json(payload)
+        except ValidationError as exc:
+            raise SGLangRequestError(f"unreadable chunk from SGLang: {exc}") from exc
+        if chunk.error is not None:
+            raise _error_from_body(500, json.dumps({"error": chunk.error}).encode())
+        self._meta = chunk.meta_info
+        # SGLang streams the cumulative text; the delta is what extends the previous one.
+        if not chunk.text.startswith(self._text):
+            logger.warning("sglang text rewound rid=%s", self.rid)
+            return None
+        new_text = chunk.text[len(self._text) :]
+        self._text = chunk.text
+        if not new_text:
+            return None
+        if self._ttft_ms is None:
+            self._ttft_ms = (time.perf_counter() - self._sent_at_s) * 1000.0
+        return TokenDelta(text=new_text, completion_tokens=chunk.meta_info.completion_tokens)
+
+    def _finish(self) -> None:
+        reason = self._meta.finish_reason or {}
+        self.result = GenerationResult(
+            rid=self.rid,
+            text=self._text,
+            prompt_tokens=self._meta.prompt_tokens,
+            cached_tokens=self._meta.cached_tokens,
+            completion_tokens=self._meta.completion_tokens,
+            finish_reason=str(reason.get("type", "unknown")),
+            ttft_ms=self._ttft_ms,
+            elapsed_ms=(time.perf_counter() - self._sent_at_s) * 1000.0,
+        )
+
+    def close_nowait(self) -> None:
+        """Release the stream without awaiting (safe in any `finally`, even when cancelled).
+
+        If the server has not finished the request, it is told to abort it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self.result is None:
+            self._client.abort_in_background(self.rid)
+        self._client.spawn(self._response.aclose())
+
+    async def aclose(self) -> None:
+        self.close_nowait()
+        await self._response.aclose()
+
+
+class SGLangClient:
+    def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
+        self._http = http
+        self.base_url = base_url.rstrip("/")
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def open_stream(
+        self,
+        prompt: str,
+        params: SamplingParams,
+        timeouts: StreamTimeouts,
+        *,
+        rid: str | None = None,
+    ) -> GenerationStream:
+        """Send the request and wait for the response headers; tokens come from the stream.
+
+        Raises `SGLangUnavailableError` when the server cannot be reached, and
+        `SGLangRequestError` (or `PromptTooLongError`) when it refuses the request.
+        """
+        rid = rid or uuid.uuid4().hex
+        body = {"text": prompt, "sampling_params": params.to_json(), "stream": True, "rid": rid}
+        connect_s = min(timeouts.connect_s, max(timeouts.first_token.remaining_s(), 0.05))
+        timeout = httpx.Timeout(connect=connect_s, read=None, write=connect_s, pool=connect_s)
+        request = self._http.build_request(
+            "POST", f"{self.base_url}/generate", json=body, timeout=timeout
+        )
+        sent_at_s = time.perf_counter()
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise SGLangUnavailableError(
+                f"cannot reach SGLang at {self.base_url}: {exc!r}"
+            ) from exc
+        if response.status_code != 200:
+            content = await response.aread()
+            await response.aclose()
+            raise _error_from_body(response.status_code, content)
+        return GenerationStream(rid, self, response, timeouts, sent_at_s)
+
+    async def abort(self, rid: str) -> None:
+        try:
+            response = await self._http.post(
+                f"{self.base_url}/abort_request", json={"rid": rid}, timeout=_ABORT_TIMEOUT_S
+            )
+            logger.info("sglang abort rid=%s status=%d", rid, response.status_code)
+        except httpx.HTTPError as exc:
+            logger.warning("sglang abort failed rid=%s error=%r", rid, exc)
+
+    def abort_in_background(self, rid: str) -> None:
+        """Abort from a task of its own, so it runs even while the caller is being cancelled."""
+        self.spawn(self.abort(rid))
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def health(self, timeout_s: float = 2.0) -> bool:
+        try:
+            response = await self._http.get(f"{self.base_url}/health", timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def model_path(self, timeout_s: float = 2.0) -> str:
+        try:
+            response = await self._http.get(f"{self.base_url}/get_model_info", timeout=timeout_s)
+            response.raise_for_status()
+            return str(response.json()["model_path"])
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise GenerationError(f"cannot read the model from {self.base_url}: {exc}") from exc
+
+    async def drain(self) -> None:
+        """Wait for pending aborts (at shutdown)."""
+        if self._background:
+            await asyncio.wait(self._background, timeout=_ABORT_TIMEOUT_S * 2)

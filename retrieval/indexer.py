@@ -1,0 +1,113 @@
+"""Building an index from a corpus, streaming: memory holds one batch plus the index itself."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from retrieval.corpus import corpus_checksum, read_corpus
+from retrieval.embedder import Embedder, passage_embedding_text
+from retrieval.faiss_index import IndexManifest, IndexWriter, read_manifest
+from retrieval.passage import ChunkingConfig, Passage, split_document
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildReport:
+    manifest: IndexManifest
+    documents: int
+    seconds: float
+    reused: bool
+
+
+def _batches(passages: Iterator[Passage], size: int) -> Iterator[list[Passage]]:
+    batch: list[Passage] = []
+    for passage in passages:
+        batch.append(passage)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _count_documents(corpus: Path) -> int:
+    return sum(1 for _ in read_corpus(corpus))
+
+
+def index_is_current(directory: Path, corpus: Path, embedder: Embedder,
+                     chunking: ChunkingConfig) -> bool:
+    """True when `directory` already holds an index of this corpus, embedder and chunking."""
+    if not (directory / "manifest.json").is_file():
+        return False
+    manifest = read_manifest(directory)
+    return (
+        manifest.corpus_checksum == corpus_checksum(corpus)
+        and manifest.embedder == embedder.name
+        and manifest.passage_tokens == chunking.passage_tokens
+        and manifest.overlap_tokens == chunking.overlap_tokens
+    )
+
+
+def build_index(
+    corpus: Path,
+    out_dir: Path,
+    embedder: Embedder,
+    *,
+    chunking: ChunkingConfig | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+    force: bool = False,
+) -> BuildReport:
+    """Chunk, embed and index `corpus` into `out_dir` (replaced atomically at the end).
+
+    An `out_dir` that already holds an index of the same corpus, embedder and chunking is kept
+    as it is unless `force` is set.
+    """
+    chunking = chunking or ChunkingConfig()
+    started_s = time.monotonic()
+    embedder.warm_up()
+    if not force and index_is_current(out_dir, corpus, embedder, chunking):
+        logger.info("index is current dir=%s", out_dir)
+        return BuildReport(read_manifest(out_dir), 0, time.monotonic() - started_s, True)
+    checksum = corpus_checksum(corpus)
+    total_documents = _count_documents(corpus)
+    writer = IndexWriter(out_dir, embedder.dimension)
+    documents = 0
+    try:
+        bar = tqdm(total=total_documents, unit="doc", desc="indexing", disable=not progress)
+        with bar:
+
+            def passages() -> Iterator[Passage]:
+                nonlocal documents
+                for document in read_corpus(corpus):
+                    yield from split_document(document, embedder, chunking)
+                    documents += 1
+                    bar.update(1)
+
+            for batch in _batches(passages(), batch_size):
+                texts = [passage_embedding_text(passage) for passage in batch]
+                writer.add(batch, embedder.encode(texts, batch_size=batch_size))
+                bar.set_postfix(passages=writer.count, refresh=False)
+        manifest = IndexManifest(
+            embedder=embedder.name,
+            dimension=embedder.dimension,
+            passage_count=writer.count,
+            corpus_checksum=checksum,
+            corpus_name=corpus.name,
+            passage_tokens=chunking.passage_tokens,
+            overlap_tokens=chunking.overlap_tokens,
+        )
+        writer.commit(manifest)
+    except BaseException:
+        writer.abort()
+        raise
+    seconds = time.monotonic() - started_s
+    logger.info("index built dir=%s passages=%d seconds=%.1f", out_dir, writer.count, seconds)
+    return BuildReport(manifest, documents, seconds, False)

@@ -1,0 +1,60 @@
+"""The dense retrieval stage: embed the query, search the index, each within a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from budget import Deadline
+from retrieval.embedder import Embedder, Vectors
+from retrieval.errors import RetrievalTimeoutError
+from retrieval.faiss_index import FaissIndex
+from retrieval.passage import ScoredPassage
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Timed(Generic[T]):
+    value: T
+    elapsed_ms: float
+
+
+class DenseRetriever:
+    """Owns a bounded thread pool; blocking model and faiss calls never touch the event loop.
+
+    A call that overruns its deadline raises `RetrievalTimeoutError`; the thread finishes its
+    work in the background (a running faiss or torch call cannot be interrupted), which is why
+    the pool is bounded: overload queues here instead of multiplying threads.
+    """
+
+    def __init__(self, embedder: Embedder, index: FaissIndex, *, max_workers: int = 2) -> None:
+        self.embedder = embedder
+        self.index = index
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="retrieval")
+
+    async def _run(self, stage: str, deadline: Deadline, call: Callable[[], T]) -> Timed[T]:
+        started_s = time.perf_counter()
+        future = asyncio.get_running_loop().run_in_executor(self._pool, call)
+        try:
+            value = await asyncio.wait_for(future, timeout=deadline.remaining_s())
+        except TimeoutError as exc:
+            raise RetrievalTimeoutError(
+                f"{stage} did not finish within {deadline.budget_ms:.0f} ms"
+            ) from exc
+        return Timed(value, (time.perf_counter() - started_s) * 1000.0)
+
+    async def embed_query(self, query: str, deadline: Deadline) -> Timed[Vectors]:
+        return await self._run("embed", deadline, lambda: self.embedder.encode([query]))
+
+    async def search(
+        self, vector: Vectors, k: int, deadline: Deadline
+    ) -> Timed[list[ScoredPassage]]:
+        return await self._run("search", deadline, lambda: self.index.search(vector, k)[0])
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
