@@ -1,0 +1,1 @@
+"""In-repo fakes that honour the real interfaces, for tests that need control over failures."""

@@ -1,0 +1,40 @@
+"""A deterministic bag-of-words embedder honouring the `Embedder` protocol (no model weights)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from retrieval.embedder import Vectors
+
+
+class HashEmbedder:
+    def __init__(self, dimension: int = 64, name: str = "test/hash-embedder") -> None:
+        self._dimension = dimension
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def warm_up(self) -> None:
+        pass
+
+    def token_spans(self, text: str) -> Sequence[tuple[int, int]]:
+        return [match.span() for match in re.finditer(r"\w+", text)]
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
+        vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                bucket = int(hashlib.md5(word.encode()).hexdigest(), 16) % self._dimension
+                vectors[row, bucket] += 1.0
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-9)

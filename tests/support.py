@@ -1,0 +1,86 @@
+"""Helpers shared by the tests: free ports, a real uvicorn server in a thread, SSE collection."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+SQUAD_PASSAGES = SHARED_DATA / "squad-v1.1-open" / "passages.jsonl"
+SQUAD_QUESTIONS = SHARED_DATA / "squad-v1.1-open" / "questions.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serve_in_thread(app: FastAPI, startup_timeout_s: float = 30.0) -> Iterator[str]:
+    """Run `app` under a real uvicorn server on a free port; yield its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def wait_ready(url: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        response = httpx.get(f"{url}/readyz", timeout=5)
+        body = response.json()
+        if response.status_code == 200:
+            return body
+        time.sleep(0.25)
+    raise AssertionError(f"service not ready in {timeout_s} s: {body}")
+
+
+@dataclass(frozen=True)
+class Event:
+    event: str
+    data: dict[str, Any]
+
+
+def parse_sse(raw: str) -> list[Event]:
+    """Parse a whole SSE body strictly: every block is `event:` then `data:` lines."""
+    import json
+
+    events = []
+    for block in raw.split("\n\n"):
+        if not block.strip():
+            continue
+        lines = block.split("\n")
+        fields = [line.partition(": ") for line in lines if not line.startswith(":")]
+        if not fields:
+            continue
+        name = next(value for key, _, value in fields if key == "event")
+        data = "\n".join(value for key, _, value in fields if key == "data")
+        events.append(Event(name, json.loads(data)))
+    return events
+
+
+def post_answer(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> httpx.Response:
+    return httpx.post(f"{url}/v1/answer", json=body, timeout=timeout_s)

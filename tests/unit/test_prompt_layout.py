@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from generation.errors import GenerationError
+from generation.prompt_layout import (
+    SYSTEM_PROMPT,
+    ChatMessage,
+    ContextPassage,
+    HFChatTemplate,
+    build_prompt,
+    render_passage,
+)
+
+
+class WordTemplate:
+    """Renders `role: content` lines and counts whitespace words."""
+
+    def warm_up(self) -> None:
+        pass
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        return "\n".join(f"{m.role}: {m.content}" for m in messages)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+PASSAGES = [
+    ContextPassage(1, "a#0", "Alpha", "one two three"),
+    ContextPassage(2, "b#0", 'The "B"', "four five six"),
+    ContextPassage(3, "c#0", "Gamma", "seven eight nine"),
+]
+
+
+def test_system_prompt_first_passages_then_question_last() -> None:
+    prompt = build_prompt("what?", PASSAGES, WordTemplate(), max_prompt_tokens=10_000)
+    assert prompt.text.startswith(f"system: {SYSTEM_PROMPT}\nuser: Passages:")
+    positions = [prompt.text.index(render_passage(p)) for p in PASSAGES]
+    assert positions == sorted(positions)
+    assert prompt.text.endswith("Question: what?")
+    assert prompt.passages == tuple(PASSAGES) and prompt.dropped_passages == 0
+
+
+def test_passage_blocks_are_identical_wherever_they_appear() -> None:
+    first = build_prompt("q1", PASSAGES, WordTemplate(), max_prompt_tokens=10_000)
+    second = build_prompt("another question", PASSAGES[:2], WordTemplate(),
+                          max_prompt_tokens=10_000)
+    shared = first.text[: first.text.index(render_passage(PASSAGES[2]))]
+    assert second.text.startswith(shared.rstrip())
+    assert '<passage number="2" title="The \'B\'">' in first.text
+
+
+def test_lowest_ranked_passages_are_dropped_to_fit() -> None:
+    full = build_prompt("q", PASSAGES, WordTemplate(), max_prompt_tokens=10_000)
+    fitted = build_prompt("q", PASSAGES, WordTemplate(), max_prompt_tokens=full.prompt_tokens - 1)
+    assert fitted.passages == tuple(PASSAGES[:2]) and fitted.dropped_passages == 1
+    assert fitted.prompt_tokens < full.prompt_tokens
+
+
+def test_a_question_too_long_for_any_prompt_is_refused() -> None:
+    with pytest.raises(GenerationError, match="the question alone takes"):
+        build_prompt("word " * 200, PASSAGES, WordTemplate(), max_prompt_tokens=50)
+
+
+def test_real_chat_template_renders_and_counts(chatml_tokenizer_dir: Path) -> None:
+    template = HFChatTemplate(str(chatml_tokenizer_dir))
+    prompt = build_prompt("what is three?", PASSAGES, template, max_prompt_tokens=10_000)
+    assert prompt.text.startswith("<|im_start|>system\n")
+    assert prompt.text.endswith("<|im_start|>assistant\n")
+    assert 50 < prompt.prompt_tokens < 400
+
+
+def test_a_tokenizer_without_chat_template_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(GenerationError, match="cannot load tokenizer"):
+        HFChatTemplate(str(tmp_path / "missing")).warm_up()
