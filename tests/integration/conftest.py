@@ -1,0 +1,96 @@
+"""Real components, started once per session: the MiniLM index of SQuAD passages and SGLang."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from answer_service.api import create_app
+from answer_service.settings import Settings
+from generation.sglang_server import (
+    SGLangServer,
+    SGLangServerConfig,
+    ensure_smollm2_model,
+    write_tiny_model,
+)
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.indexer import build_index
+from tests.support import SQUAD_PASSAGES, free_port, serve_in_thread, wait_ready
+
+# The first 12 SQuAD dev articles' passages (Super Bowl 50, Warsaw, Normans, ...).
+SQUAD_SUBSET = 150
+
+
+@pytest.fixture(scope="session")
+def squad_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("squad") / "passages.jsonl"
+    with SQUAD_PASSAGES.open() as source, path.open("w") as target:
+        target.writelines(itertools.islice(source, SQUAD_SUBSET))
+    return path
+
+
+@pytest.fixture(scope="session")
+def squad_index(squad_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("index") / "squad"
+    build_index(squad_corpus, out, SentenceTransformerEmbedder(EmbedderConfig()), progress=False)
+    return out
+
+
+def _start(tmp: pytest.TempPathFactory, name: str, **config: Any) -> SGLangServer:
+    server = SGLangServer(SGLangServerConfig(
+        port=free_port(), startup_timeout_s=300.0, device="cpu",
+        log_path=tmp.mktemp(f"{name}-log") / "sglang.log", **config,
+    ))
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    return ensure_smollm2_model(SGLangServerConfig().cache_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_sglang(
+    tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
+) -> Iterator[SGLangServer]:
+    """SGLang with a tiny random-weights Llama and SmolLM2's tokenizer: protocol and cache."""
+    model_dir = write_tiny_model(tmp_path_factory.mktemp("tiny-llama"), smollm2_dir)
+    server = _start(tmp_path_factory, "tiny", model_dir=model_dir, load_format="dummy",
+                    max_total_tokens=8192)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def smollm2_sglang(
+    tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
+) -> Iterator[SGLangServer]:
+    server = _start(tmp_path_factory, "smollm2", model_dir=smollm2_dir, max_total_tokens=16384)
+    yield server
+    server.stop()
+
+
+ServiceFactory = Callable[..., AbstractContextManager[str]]
+
+
+@pytest.fixture(scope="session")
+def service(squad_index: Path) -> ServiceFactory:
+    """`with service(sglang_url=..., **settings) as url:` runs the app over real HTTP."""
+
+    @contextmanager
+    def run(*, ready: bool = True, **overrides: Any) -> Iterator[str]:
+        settings = Settings(index_dir=overrides.pop("index_dir", squad_index), **overrides)
+        with serve_in_thread(create_app(settings)) as url:
+            if ready:
+                wait_ready(url)
+            yield url
+
+    return run
+
+

@@ -1,0 +1,191 @@
+"""The service over real HTTP, real index and embedder, against a fake SGLang with scripted
+failures: bad input, SGLang down or dying mid-stream, and a client that goes away."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import free_port, parse_sse, post_answer, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+
+
+@pytest.fixture(scope="module")
+def fake(chatml_tokenizer_dir: Path) -> Iterator[tuple[str, FakeSGLangState]]:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with serve_in_thread(create_fake_sglang(state)) as url:
+        yield url, state
+
+
+@pytest.fixture
+def state(fake: tuple[str, FakeSGLangState]) -> FakeSGLangState:
+    fake[1].mode, fake[1].token_delay_s, fake[1].healthy = "ok", 0.01, True
+    fake[1].aborted.clear()
+    fake[1].requests.clear()
+    return fake[1]
+
+
+@pytest.fixture(scope="module")
+def url(service: ServiceFactory, fake: tuple[str, FakeSGLangState]) -> Iterator[str]:
+    with service(sglang_url=fake[0], max_query_chars=500, max_top_k=10) as base:
+        yield base
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"query": ""}, "query: String should have at least 1 character"),
+        ({"query": "   \n "}, "`query` must contain non-whitespace text"),
+        ({"query": "x" * 501}, "`query` is 501 characters; the limit is 500"),
+        ({"query": "x" * 100_001}, "query: String should have at most 100000 characters"),
+        ({"query": 42}, "query: Input should be a valid string"),
+        ({"query": "q", "top_k": "5"}, "top_k: Input should be a valid integer"),
+        ({"query": "q", "top_k": 0}, "top_k: Input should be greater than or equal to 1"),
+        ({"query": "q", "top_k": 11}, "`top_k` is 11; the limit is 10"),
+        ({"query": "q", "stream": "yes"}, "stream: Input should be a valid boolean"),
+        ({"query": "q", "ttft_budget_ms": 0}, "ttft_budget_ms: Input should be greater than 0"),
+        ({"query": "q", "ttft_budget_ms": -5}, "ttft_budget_ms: Input should be greater than 0"),
+        ({"query": "q", "ttft_budget_ms": 1.5}, "ttft_budget_ms: Input should be a valid integer"),
+        ({"query": "q", "ttft_budget_ms": 10**9}, "the limit is 120000"),
+        ({"query": "q", "model": "gpt"}, "model: Extra inputs are not permitted"),
+        ({}, "query: Field required"),
+    ],
+)
+def test_bad_input_gets_a_4xx_with_a_message(
+    url: str, state: FakeSGLangState, body: dict[str, object], message: str
+) -> None:
+    response = post_answer(url, body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert message in error["message"]
+    assert state.requests == [] or all(r.get("text") for r in state.requests)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"{not json", "JSON decode error"), (b"[1, 2]", "valid dictionary"), (b"", "Field required")],
+)
+def test_malformed_bodies_are_refused(url: str, content: bytes, message: str) -> None:
+    response = httpx.post(f"{url}/v1/answer", content=content,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert message in response.json()["error"]["message"]
+
+
+def test_non_streaming_answer_is_one_json_object(url: str, state: FakeSGLangState) -> None:
+    response = post_answer(url, {"query": QUESTION, "stream": False, "top_k": 3})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["answer"] == "The answer is here."
+    assert [s["number"] for s in body["sources"]] == [1, 2, 3]
+    assert body["sources"][0]["id"] == "Super_Bowl_50-0#0"
+    assert body["done"]["completion_tokens"] == 5 and body["error"] is None
+
+
+def test_sglang_dying_mid_stream_gives_an_error_event_after_the_sources(
+    url: str, state: FakeSGLangState
+) -> None:
+    state.mode = "drop"
+    started = time.perf_counter()
+    response = post_answer(url, {"query": QUESTION})
+    assert time.perf_counter() - started < 5
+    events = parse_sse(response.text)
+    assert [e.event for e in events] == ["sources", "token", "token", "error", "done"]
+    assert events[3].data["code"] == "generation_unavailable"
+    assert events[4].data["outcome"] == "error"
+
+
+def test_sglang_error_chunk_is_an_error_event(url: str, state: FakeSGLangState) -> None:
+    state.mode = "error_chunk"
+    events = parse_sse(post_answer(url, {"query": QUESTION}).text)
+    assert events[-2].event == "error" and "scheduler crashed" in events[-2].data["message"]
+    non_stream = post_answer(url, {"query": QUESTION, "stream": False})
+    assert non_stream.status_code == 502
+    assert non_stream.json()["error"]["code"] == "generation_failed"
+
+
+def test_no_first_token_in_time_is_an_error_not_a_hang(url: str, state: FakeSGLangState) -> None:
+    state.mode = "stall"
+    started = time.perf_counter()
+    response = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 200})
+    elapsed_s = time.perf_counter() - started
+    events = parse_sse(response.text)
+    assert [e.event for e in events] == ["sources", "error", "done"]
+    assert events[1].data["code"] == "generation_timeout"
+    assert elapsed_s < 2.0, "the first-token timeout comes from the budget (x4), not a constant"
+    rid = state.requests[-1]["rid"]
+    deadline = time.monotonic() + 1.0
+    while rid not in state.aborted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rid in state.aborted
+
+
+def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLangState) -> None:
+    state.mode = "slow"
+    with httpx.stream("POST", f"{url}/v1/answer", json={"query": QUESTION}, timeout=10) as response:
+        for line in response.iter_lines():
+            if line == "event: token":
+                break
+    closed_at = time.perf_counter()
+    rid = state.requests[-1]["rid"]
+    while rid not in state.aborted and time.perf_counter() - closed_at < 1.0:
+        time.sleep(0.01)
+    assert rid in state.aborted, "the service aborted its SGLang request within a second"
+
+
+def test_sglang_down_means_not_ready_and_503(
+    service: ServiceFactory, chatml_tokenizer_dir: Path
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with service(sglang_url=dead, tokenizer=str(chatml_tokenizer_dir), ready=False) as base:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready = httpx.get(f"{base}/readyz").json()
+            if not any("warming up" in r for r in ready["reasons"]):
+                break
+            time.sleep(0.2)
+        readyz = httpx.get(f"{base}/readyz")
+        assert readyz.status_code == 503
+        assert readyz.json()["reasons"] == [f"SGLang at {dead} is not healthy"]
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        for stream in (True, False):
+            response = post_answer(base, {"query": QUESTION, "stream": stream})
+            assert response.status_code == 503
+            assert response.headers["retry-after"] == "5"
+            assert f"cannot reach SGLang at {dead}" in response.json()["error"]["message"]
+
+
+def test_without_sglang_or_tokenizer_the_service_says_it_is_warming_up(
+    service: ServiceFactory,
+) -> None:
+    with service(sglang_url=f"http://127.0.0.1:{free_port()}", ready=False) as base:
+        response = post_answer(base, {"query": QUESTION})
+        assert response.status_code == 503
+        assert "not ready" in response.json()["error"]["message"]
+        assert httpx.get(f"{base}/readyz").status_code == 503
+
+
+def test_missing_index_is_reported_by_readyz(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState], tmp_path: Path
+) -> None:
+    with service(sglang_url=fake[0], index_dir=tmp_path / "none", ready=False) as base:
+        deadline = time.monotonic() + 60
+        reasons: list[str] = []
+        while time.monotonic() < deadline:
+            reasons = httpx.get(f"{base}/readyz").json()["reasons"]
+            if any("warm-up failed" in r for r in reasons):
+                break
+            time.sleep(0.2)
+        assert any("no index at" in r for r in reasons), reasons
+        response = post_answer(base, {"query": QUESTION})
+        assert response.status_code == 503 and "no index at" in response.json()["error"]["message"]
