@@ -193,9 +193,7 @@ async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
     if exc.status_code >= 500:
         logger.warning("request failed code=%s error=%s", exc.code, exc.message)
-    return _error_response(
-        exc.status_code, exc.code, exc.message, retry_after_s=exc.retry_after_s
-    )
+    return _error_response(exc.status_code, exc.code, exc.message, retry_after_s=exc.retry_after_s)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

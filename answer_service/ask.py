@@ -31,8 +31,10 @@ async def ask(url: str, question: str, budget_ms: int | None, top_k: int | None)
                     if event.event == "sources":
                         out.write("Sources:\n")
                         for source in event.data["sources"]:
-                            out.write(f"  [{source['number']}] {source['title']}  "
-                                      f"({source['id']}, score {source['score']:.3f})\n")
+                            out.write(
+                                f"  [{source['number']}] {source['title']}  "
+                                f"({source['id']}, score {source['score']:.3f})\n"
+                            )
                         out.write("\nAnswer: ")
                     elif event.event == "token":
                         first_token_s = first_token_s or time.perf_counter()

@@ -26,9 +26,12 @@ def _index_build(args: argparse.Namespace) -> int:
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder, device=args.device))
     try:
         report = build_index(
-            args.corpus, args.out, embedder,
+            args.corpus,
+            args.out,
+            embedder,
             chunking=ChunkingConfig(args.passage_tokens, args.overlap_tokens),
-            batch_size=args.batch_size, force=args.force,
+            batch_size=args.batch_size,
+            force=args.force,
         )
     except (RetrievalError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -50,8 +53,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.tokenizer:
         overrides["tokenizer"] = args.tokenizer
     settings = Settings(**overrides)  # type: ignore[arg-type]
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info",
-                timeout_graceful_shutdown=10)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        timeout_graceful_shutdown=10,
+    )
     return 0
 
 
@@ -62,9 +70,13 @@ def _ask(args: argparse.Namespace) -> int:
 
 
 def _sglang_server(args: argparse.Namespace) -> SGLangServer:
-    return SGLangServer(SGLangServerConfig(
-        port=args.port, cache_dir=Settings().cache_dir, model_dir=getattr(args, "model_dir", None),
-    ))
+    return SGLangServer(
+        SGLangServerConfig(
+            port=args.port,
+            cache_dir=Settings().cache_dir,
+            model_dir=getattr(args, "model_dir", None),
+        )
+    )
 
 
 def _sglang_up(args: argparse.Namespace) -> int:

@@ -72,8 +72,10 @@ class Components:
             )
             await asyncio.to_thread(embedder.warm_up)
             index = await asyncio.to_thread(
-                FaissIndex.load, settings.index_dir,
-                embedder=embedder.name, dimension=embedder.dimension,
+                FaissIndex.load,
+                settings.index_dir,
+                embedder=embedder.name,
+                dimension=embedder.dimension,
             )
             # Warm the query path once, so the first request does not pay for lazy set-up.
             await asyncio.to_thread(lambda: index.search(embedder.encode(["warm-up"]), 1))
@@ -87,7 +89,9 @@ class Components:
             logger.error("warm-up failed error=%s", exc)
             return
         self.pipeline = AnswerPipeline(
-            self.retriever, template, self.sglang,
+            self.retriever,
+            template,
+            self.sglang,
             self.provider.get_tracer("answer_service"),
             _pipeline_config(settings, self.served_model),
         )

@@ -47,12 +47,28 @@ def _start_service(settings: Settings, index_dir: Path, port: int, sglang_url: s
     log_path.parent.mkdir(parents=True, exist_ok=True)
     pid_file = _pid_file(settings.cache_dir, port)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "answer_service.cli", "serve", "--index", str(index_dir),
-            "--port", str(port), "--sglang-url", sglang_url]
+    argv = [
+        sys.executable,
+        "-m",
+        "answer_service.cli",
+        "serve",
+        "--index",
+        str(index_dir),
+        "--port",
+        str(port),
+        "--sglang-url",
+        sglang_url,
+    ]
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     with log_path.open("ab") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     pid_file.write_text(f"{process.pid}\n")
     print(f"starting the service at {url} (log: {log_path})")
     deadline_s = time.monotonic() + _READY_TIMEOUT_S
@@ -104,6 +120,8 @@ def stop_demo(port: int, sglang_port: int) -> int:
         except ProcessLookupError:
             print("service was not running")
         pid_file.unlink(missing_ok=True)
-    stopped = SGLangServer(SGLangServerConfig(port=sglang_port, cache_dir=settings.cache_dir)).stop()
+    stopped = SGLangServer(
+        SGLangServerConfig(port=sglang_port, cache_dir=settings.cache_dir)
+    ).stop()
     print("SGLang stopped" if stopped else "SGLang was not running")
     return 0

@@ -231,7 +231,9 @@ class AnswerPipeline:
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
         """The point past which the first token is given up on: budget x timeout factor."""
-        budget_s = (deadline.expires_at_s - deadline.started_at_s) * self._config.ttft_timeout_factor
+        budget_s = (
+            deadline.expires_at_s - deadline.started_at_s
+        ) * self._config.ttft_timeout_factor
         return Deadline(deadline.started_at_s, deadline.started_at_s + budget_s, deadline.clock)
 
     async def prepare(self, request: AnswerRequest, deadline: Deadline) -> PreparedAnswer:
@@ -254,10 +256,13 @@ class AnswerPipeline:
             root.end()
             raise
 
-    async def _prepare(self, request: AnswerRequest, deadline: Deadline, root: Span) -> PreparedAnswer:
+    async def _prepare(
+        self, request: AnswerRequest, deadline: Deadline, root: Span
+    ) -> PreparedAnswer:
         hard = self.hard_deadline(deadline)
-        retrieval_ms = max(request.ttft_budget_ms * self._config.retrieval_share,
-                           self._config.retrieval_floor_ms)
+        retrieval_ms = max(
+            request.ttft_budget_ms * self._config.retrieval_share, self._config.retrieval_floor_ms
+        )
         retrieval_deadline = hard.slice_ms(retrieval_ms)
         scored, embed_ms, search_ms = await self._retrieve(request, retrieval_deadline)
         started_s = time.perf_counter()
@@ -338,7 +343,10 @@ class AnswerPipeline:
         ]
         try:
             return await asyncio.to_thread(
-                build_prompt, question, passages, self._template,
+                build_prompt,
+                question,
+                passages,
+                self._template,
                 max_prompt_tokens=self._config.max_prompt_tokens,
             )
         except GenerationError as exc:

@@ -71,8 +71,9 @@ def _record(span: ReadableSpan, origin_ns: int) -> SpanRecord:
         status=span.status.status_code.name.lower(),
         attributes=_attributes(span.attributes),
         events=tuple(
-            SpanEventRecord(event.name, (event.timestamp - origin_ns) / 1e6,
-                            _attributes(event.attributes))
+            SpanEventRecord(
+                event.name, (event.timestamp - origin_ns) / 1e6, _attributes(event.attributes)
+            )
             for event in span.events
         ),
     )

@@ -135,4 +135,3 @@ def build_prompt(
             f"{max_prompt_tokens} allowed"
         )
     return Prompt(text, prompt_tokens, tuple(kept), len(passages) - len(kept))
-

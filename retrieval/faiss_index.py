@@ -115,8 +115,13 @@ class FaissIndex:
     ) -> FaissIndex:
         """Load and check against the embedder in use (and the corpus, when given)."""
         manifest = read_manifest(directory)
-        check_manifest(manifest, embedder=embedder, dimension=dimension,
-                       corpus_checksum=corpus_checksum, directory=directory)
+        check_manifest(
+            manifest,
+            embedder=embedder,
+            dimension=dimension,
+            corpus_checksum=corpus_checksum,
+            directory=directory,
+        )
         try:
             index = faiss.read_index(str(directory / INDEX_FILE))
         except RuntimeError as exc:
@@ -148,7 +153,8 @@ def check_manifest(
         )
     if problems:
         raise IndexMismatchError(
-            f"index at {directory} does not match: " + "; ".join(problems)
+            f"index at {directory} does not match: "
+            + "; ".join(problems)
             + ". Rebuild it with `answer-service index build`."
         )
 

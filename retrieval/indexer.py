@@ -41,8 +41,9 @@ def _count_documents(corpus: Path) -> int:
     return sum(1 for _ in read_corpus(corpus))
 
 
-def index_is_current(directory: Path, corpus: Path, embedder: Embedder,
-                     chunking: ChunkingConfig) -> bool:
+def index_is_current(
+    directory: Path, corpus: Path, embedder: Embedder, chunking: ChunkingConfig
+) -> bool:
     """True when `directory` already holds an index of this corpus, embedder and chunking."""
     if not (directory / "manifest.json").is_file():
         return False

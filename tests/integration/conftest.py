@@ -42,10 +42,15 @@ def squad_index(squad_corpus: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _start(tmp: pytest.TempPathFactory, name: str, **config: Any) -> SGLangServer:
-    server = SGLangServer(SGLangServerConfig(
-        port=free_port(), startup_timeout_s=300.0, device="cpu",
-        log_path=tmp.mktemp(f"{name}-log") / "sglang.log", **config,
-    ))
+    server = SGLangServer(
+        SGLangServerConfig(
+            port=free_port(),
+            startup_timeout_s=300.0,
+            device="cpu",
+            log_path=tmp.mktemp(f"{name}-log") / "sglang.log",
+            **config,
+        )
+    )
     server.start()
     return server
 
@@ -61,8 +66,9 @@ def tiny_sglang(
 ) -> Iterator[SGLangServer]:
     """SGLang with a tiny random-weights Llama and SmolLM2's tokenizer: protocol and cache."""
     model_dir = write_tiny_model(tmp_path_factory.mktemp("tiny-llama"), smollm2_dir)
-    server = _start(tmp_path_factory, "tiny", model_dir=model_dir, load_format="dummy",
-                    max_total_tokens=8192)
+    server = _start(
+        tmp_path_factory, "tiny", model_dir=model_dir, load_format="dummy", max_total_tokens=8192
+    )
     yield server
     server.stop()
 
@@ -92,5 +98,3 @@ def service(squad_index: Path) -> ServiceFactory:
             yield url
 
     return run
-
-

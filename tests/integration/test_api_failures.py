@@ -76,8 +76,9 @@ def test_bad_input_gets_a_4xx_with_a_message(
     [(b"{not json", "JSON decode error"), (b"[1, 2]", "valid dictionary"), (b"", "Field required")],
 )
 def test_malformed_bodies_are_refused(url: str, content: bytes, message: str) -> None:
-    response = httpx.post(f"{url}/v1/answer", content=content,
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        f"{url}/v1/answer", content=content, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 422
     assert message in response.json()["error"]["message"]
 
@@ -89,7 +90,8 @@ def test_non_streaming_answer_is_one_json_object(url: str, state: FakeSGLangStat
     assert body["answer"] == "The answer is here."
     assert [s["number"] for s in body["sources"]] == [1, 2, 3]
     assert body["sources"][0]["id"] == "Super_Bowl_50-0#0"
-    assert body["done"]["completion_tokens"] == 5 and body["error"] is None
+    assert body["done"]["completion_tokens"] == 5
+    assert body["error"] is None
 
 
 def test_sglang_dying_mid_stream_gives_an_error_event_after_the_sources(
@@ -108,7 +110,8 @@ def test_sglang_dying_mid_stream_gives_an_error_event_after_the_sources(
 def test_sglang_error_chunk_is_an_error_event(url: str, state: FakeSGLangState) -> None:
     state.mode = "error_chunk"
     events = parse_sse(post_answer(url, {"query": QUESTION}).text)
-    assert events[-2].event == "error" and "scheduler crashed" in events[-2].data["message"]
+    assert events[-2].event == "error"
+    assert "scheduler crashed" in events[-2].data["message"]
     non_stream = post_answer(url, {"query": QUESTION, "stream": False})
     assert non_stream.status_code == 502
     assert non_stream.json()["error"]["code"] == "generation_failed"
@@ -188,4 +191,5 @@ def test_missing_index_is_reported_by_readyz(
             time.sleep(0.2)
         assert any("no index at" in r for r in reasons), reasons
         response = post_answer(base, {"query": QUESTION})
-        assert response.status_code == 503 and "no index at" in response.json()["error"]["message"]
+        assert response.status_code == 503
+        assert "no index at" in response.json()["error"]["message"]

@@ -28,10 +28,12 @@ def corpus(tmp_path: Path) -> Path:
 
 def test_build_save_load_search(corpus: Path, tmp_path: Path) -> None:
     embedder = HashEmbedder()
-    report = build_index(corpus, tmp_path / "idx", embedder, progress=False,
-                         chunking=ChunkingConfig(6, 2))
+    report = build_index(
+        corpus, tmp_path / "idx", embedder, progress=False, chunking=ChunkingConfig(6, 2)
+    )
     manifest = report.manifest
-    assert manifest.embedder == embedder.name and manifest.dimension == 64
+    assert manifest.embedder == embedder.name
+    assert manifest.dimension == 64
     assert manifest.corpus_checksum == corpus_checksum(corpus)
     assert manifest.passage_count == report.manifest.passage_count > len(DOCS)
     index = FaissIndex.load(tmp_path / "idx", embedder=embedder.name, dimension=64)
@@ -48,7 +50,8 @@ def test_rerun_keeps_a_current_index_and_rebuilds_a_changed_one(
     embedder = HashEmbedder()
     first = build_index(corpus, tmp_path / "idx", embedder, progress=False)
     again = build_index(corpus, tmp_path / "idx", embedder, progress=False)
-    assert not first.reused and again.reused
+    assert not first.reused
+    assert again.reused
     with corpus.open("a") as handle:
         handle.write(json.dumps({"_id": "new", "title": "", "text": "fresh words"}) + "\n")
     changed = build_index(corpus, tmp_path / "idx", embedder, progress=False)
@@ -64,8 +67,12 @@ def test_load_refuses_mismatches(corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(IndexMismatchError, match="dimension 64, embedder gives 384"):
         FaissIndex.load(tmp_path / "idx", embedder="test/hash-embedder", dimension=384)
     with pytest.raises(IndexMismatchError, match="built from corpus"):
-        FaissIndex.load(tmp_path / "idx", embedder="test/hash-embedder", dimension=64,
-                        corpus_checksum="sha256:0")
+        FaissIndex.load(
+            tmp_path / "idx",
+            embedder="test/hash-embedder",
+            dimension=64,
+            corpus_checksum="sha256:0",
+        )
 
 
 def test_load_refuses_a_tampered_count(corpus: Path, tmp_path: Path) -> None:

@@ -42,13 +42,15 @@ def test_system_prompt_first_passages_then_question_last() -> None:
     positions = [prompt.text.index(render_passage(p)) for p in PASSAGES]
     assert positions == sorted(positions)
     assert prompt.text.endswith("Question: what?")
-    assert prompt.passages == tuple(PASSAGES) and prompt.dropped_passages == 0
+    assert prompt.passages == tuple(PASSAGES)
+    assert prompt.dropped_passages == 0
 
 
 def test_passage_blocks_are_identical_wherever_they_appear() -> None:
     first = build_prompt("q1", PASSAGES, WordTemplate(), max_prompt_tokens=10_000)
-    second = build_prompt("another question", PASSAGES[:2], WordTemplate(),
-                          max_prompt_tokens=10_000)
+    second = build_prompt(
+        "another question", PASSAGES[:2], WordTemplate(), max_prompt_tokens=10_000
+    )
     shared = first.text[: first.text.index(render_passage(PASSAGES[2]))]
     assert second.text.startswith(shared.rstrip())
     assert '<passage number="2" title="The \'B\'">' in first.text
@@ -57,7 +59,8 @@ def test_passage_blocks_are_identical_wherever_they_appear() -> None:
 def test_lowest_ranked_passages_are_dropped_to_fit() -> None:
     full = build_prompt("q", PASSAGES, WordTemplate(), max_prompt_tokens=10_000)
     fitted = build_prompt("q", PASSAGES, WordTemplate(), max_prompt_tokens=full.prompt_tokens - 1)
-    assert fitted.passages == tuple(PASSAGES[:2]) and fitted.dropped_passages == 1
+    assert fitted.passages == tuple(PASSAGES[:2])
+    assert fitted.dropped_passages == 1
     assert fitted.prompt_tokens < full.prompt_tokens
 
 

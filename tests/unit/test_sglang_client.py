@@ -59,7 +59,8 @@ async def test_deltas_reassemble_the_cumulative_text(client: SGLangClient) -> No
     assert result.text == "The answer is here."
     assert (result.prompt_tokens, result.completion_tokens) == (42, 5)
     assert result.finish_reason == "stop"
-    assert result.ttft_ms is not None and result.ttft_ms > 0
+    assert result.ttft_ms is not None
+    assert result.ttft_ms > 0
 
 
 async def test_request_carries_rid_and_sampling_params(
@@ -70,7 +71,9 @@ async def test_request_carries_rid_and_sampling_params(
     )
     await _drain(stream)
     sent = fake[1].requests[-1]
-    assert sent["rid"] == "r-1" and sent["stream"] is True and sent["text"] == "prompt"
+    assert sent["rid"] == "r-1"
+    assert sent["stream"] is True
+    assert sent["text"] == "prompt"
     assert sent["sampling_params"]["max_new_tokens"] == 7
     assert sent["sampling_params"]["stop"] == ["\n\n"]
     assert fake[1].aborted == []
