@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from answer_service.settings import DEFAULT_SGLANG_PORT, Settings
-from generation.sglang_server import SGLangServer, SGLangServerConfig, SGLangServerError
+from generation.sglang_server import (
+    SGLangServer,
+    SGLangServerConfig,
+    SGLangServerError,
+    ensure_sglang_env,
+    ensure_smollm2_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +95,18 @@ def _sglang_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sglang_setup(args: argparse.Namespace) -> int:
+    cache_dir = Settings().cache_dir
+    try:
+        python = ensure_sglang_env(cache_dir)
+        model_dir = ensure_smollm2_model(cache_dir)
+    except SGLangServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"SGLang environment: {python}\nSmolLM2-135M-Instruct: {model_dir}")
+    return 0
+
+
 def _sglang_down(args: argparse.Namespace) -> int:
     print("stopped" if _sglang_server(args).stop() else "not running")
     return 0
@@ -143,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
     up.add_argument("--model-dir", type=Path, default=None, help="default: SmolLM2-135M")
     up.set_defaults(run=_sglang_up)
+    setup = sglang.add_parser("setup", help="build its environment and model, start nothing")
+    setup.set_defaults(run=_sglang_setup)
     down = sglang.add_parser("down", help="stop it")
     down.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
     down.set_defaults(run=_sglang_down)

@@ -18,7 +18,7 @@ def default_cache_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ANSWER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ANSWER_", extra="forbid")
 
     service_name: str = "answer-service"
     cache_dir: Path = Field(default_factory=default_cache_dir)

@@ -66,8 +66,14 @@ def tiny_sglang(
 ) -> Iterator[SGLangServer]:
     """SGLang with a tiny random-weights Llama and SmolLM2's tokenizer: protocol and cache."""
     model_dir = write_tiny_model(tmp_path_factory.mktemp("tiny-llama"), smollm2_dir)
+    # One log line per decode step lets tests see when SGLang stops working on a request.
     server = _start(
-        tmp_path_factory, "tiny", model_dir=model_dir, load_format="dummy", max_total_tokens=8192
+        tmp_path_factory,
+        "tiny",
+        model_dir=model_dir,
+        load_format="dummy",
+        max_total_tokens=8192,
+        extra_args=("--decode-log-interval", "1"),
     )
     yield server
     server.stop()

@@ -1,0 +1,175 @@
+"""The real path over HTTP: MiniLM + faiss over SQuAD passages, a real SGLang server (tiny
+random-weights Llama with SmolLM2's tokenizer and chat template), the app under uvicorn."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from generation.prompt_layout import SYSTEM_PROMPT, ChatMessage, HFChatTemplate
+from generation.sglang_server import SGLangServer
+from tests.integration.conftest import ServiceFactory
+from tests.support import parse_sse, post_answer
+
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
+
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+
+
+@pytest.fixture(scope="module")
+def url(service: ServiceFactory, tiny_sglang: SGLangServer) -> Iterator[str]:
+    # Random weights rarely emit EOS: max_new_tokens bounds every answer, and is large enough
+    # that an un-aborted request would keep the server busy for many seconds.
+    with service(
+        sglang_url=tiny_sglang.url, max_new_tokens=2000, default_ttft_budget_ms=10_000
+    ) as base:
+        yield base
+
+
+def _decode_steps(sglang: SGLangServer) -> int:
+    """Decode steps SGLang has run so far (the test server logs every step)."""
+    return sglang.log_path.read_text(errors="replace").count("Decode batch")
+
+
+def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLangServer) -> None:
+    response = httpx.post(
+        f"{url}/v1/answer",
+        json={"query": QUESTION, "top_k": 4},
+        timeout=120,
+        headers={"accept": "text/event-stream"},
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(response.text)
+    names = [e.event for e in events]
+    assert names[0] == "sources"
+    assert names[-1] == "done"
+    assert set(names[1:-1]) == {"token"}, names
+    assert len(names) > 3
+    sources = events[0].data["sources"]
+    assert [s["number"] for s in sources] == [1, 2, 3, 4]
+    assert sources[0]["id"] == "Super_Bowl_50-0#0"
+    assert sources[0]["title"] == "Super Bowl 50"
+    assert sources[0]["score"] >= sources[-1]["score"]
+    assert 0 < len(sources[0]["snippet"]) <= 300
+    done = events[-1].data
+    assert done["outcome"] == "ok"
+    assert done["finish_reason"] in {"length", "stop"}
+    text = "".join(e.data["text"] for e in events if e.event == "token")
+    assert text
+    assert done["completion_tokens"] >= len(events) - 2
+    assert done["prompt_tokens"] > 300
+    assert 0 < done["ttft_ms"] < 10_000
+    assert done["ttft_budget_ms"] == 10_000
+    assert set(done["timings_ms"]) == {"embed", "search", "prompt", "generate"}
+    assert all(v > 0 for v in done["timings_ms"].values())
+    assert done["passages_in_prompt"] == 4
+    assert re.fullmatch(r"[0-9a-f]{32}", done["trace_id"])
+
+
+def test_cached_tokens_rise_on_a_repeated_prompt(url: str, tiny_sglang: SGLangServer) -> None:
+    assert httpx.post(f"{tiny_sglang.url}/flush_cache", timeout=10).status_code == 200
+    body = {"query": "Where did Super Bowl 50 take place?", "stream": False}
+    first = post_answer(url, body).json()["done"]
+    second = post_answer(url, body).json()["done"]
+    assert first["cached_tokens"] == 0
+    assert first["prompt_tokens"] == second["prompt_tokens"]
+    assert second["cached_tokens"] >= second["prompt_tokens"] - 1
+    # Another question, other passages: the byte-identical system prompt is still reused.
+    third = post_answer(url, {**body, "query": "Who was the Panthers' quarterback?"})
+    template = HFChatTemplate(str(tiny_sglang.config.model_dir))
+    system_tokens = template.count_tokens(
+        template.render([ChatMessage("system", SYSTEM_PROMPT)]).split("<|im_start|>user")[0]
+    )
+    assert system_tokens > 50
+    assert third.json()["done"]["cached_tokens"] >= system_tokens - 2
+
+
+def test_each_stage_is_a_span_with_its_attributes(url: str) -> None:
+    done = post_answer(url, {"query": QUESTION, "stream": False}).json()["done"]
+    traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
+    trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
+    spans = {span["name"]: span for span in trace["spans"]}
+    assert list(spans) == ["answer", "embed", "search", "generate"]
+    root = spans["answer"]
+    assert root["parent_span_id"] is None
+    assert all(s["parent_span_id"] == root["span_id"] for n, s in spans.items() if n != "answer")
+    assert root["attributes"]["answer.outcome"] == "ok"
+    assert root["attributes"]["answer.ttft_budget_ms"] == 10_000
+    embed = spans["embed"]["attributes"]
+    assert embed["gen_ai.operation.name"] == "embeddings"
+    assert embed["gen_ai.request.model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert spans["search"]["attributes"]["retrieval.results"] == 5
+    generate = spans["generate"]
+    attributes = generate["attributes"]
+    assert attributes["gen_ai.operation.name"] == "text_completion"
+    assert attributes["gen_ai.request.model"].endswith("tiny-llama0")
+    assert attributes["gen_ai.usage.input_tokens"] == done["prompt_tokens"]
+    assert attributes["gen_ai.usage.output_tokens"] == done["completion_tokens"]
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == done["cached_tokens"]
+    first_token = [e for e in generate["events"] if e["name"] == "first_token"]
+    assert len(first_token) == 1
+    assert first_token[0]["attributes"]["answer.ttft_ms"] == pytest.approx(done["ttft_ms"], 0.01)
+    everything = repr(trace)
+    assert QUESTION not in everything, "no query text in spans unless configured"
+    assert "Denver Broncos" not in everything, "no passage text in spans unless configured"
+
+
+def test_client_disconnect_aborts_the_sglang_request(url: str, tiny_sglang: SGLangServer) -> None:
+    with httpx.stream("POST", f"{url}/v1/answer", json={"query": QUESTION}, timeout=60) as stream:
+        tokens = 0
+        for line in stream.iter_lines():
+            tokens += line == "event: token"
+            if tokens == 5:
+                break
+    # Without an abort SGLang would decode ~2,000 more tokens (seconds at this size).
+    time.sleep(1.0)
+    steps_after_1s = _decode_steps(tiny_sglang)
+    time.sleep(1.0)
+    assert _decode_steps(tiny_sglang) == steps_after_1s, (
+        "SGLang still decodes 1 s after the client left"
+    )
+
+
+def test_sglang_stopping_mid_stream_gives_an_error_event(
+    service: ServiceFactory, tmp_path_factory: pytest.TempPathFactory, tiny_sglang: SGLangServer
+) -> None:
+    """A second, throwaway server: killed while it streams."""
+    from generation.sglang_server import SGLangServerConfig
+    from tests.support import free_port
+
+    config = tiny_sglang.config
+    doomed = SGLangServer(
+        SGLangServerConfig(
+            port=free_port(),
+            model_dir=config.model_dir,
+            load_format="dummy",
+            device="cpu",
+            max_total_tokens=8192,
+            startup_timeout_s=300,
+            log_path=tmp_path_factory.mktemp("doomed") / "sglang.log",
+        )
+    )
+    doomed.start()
+    try:
+        with service(sglang_url=doomed.url, max_new_tokens=2000) as base:
+            names: list[str] = []
+            with httpx.stream(
+                "POST", f"{base}/v1/answer", json={"query": QUESTION}, timeout=30
+            ) as response:
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        names.append(line.removeprefix("event: "))
+                        if names.count("token") == 3:
+                            killed_at = time.perf_counter()
+                            doomed.stop(timeout_s=5)
+            assert names[0] == "sources"
+            assert names[-2:] == ["error", "done"]
+            assert time.perf_counter() - killed_at < 10
+            assert httpx.get(f"{base}/readyz").status_code == 503
+    finally:
+        doomed.stop()
