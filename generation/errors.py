@@ -4,7 +4,8 @@
     ├── SGLangUnavailableError       the server cannot be reached or is not healthy
     ├── SGLangRequestError           the server refused or failed a request (carries the status)
     │   └── PromptTooLongError       the prompt does not fit the model's context
-    └── GenerationTimeoutError       no first token, or no next token, within the time allowed
+    ├── GenerationTimeoutError       no first token, or no next token, within the time allowed
+    └── SGLangServerError            a local SGLang server, its venv or its model could not be made ready
 
 httpx errors are wrapped at the boundary with `raise ... from exc`.
 """
@@ -32,3 +33,7 @@ class PromptTooLongError(SGLangRequestError):
 
 class GenerationTimeoutError(GenerationError):
     pass
+
+
+class SGLangServerError(GenerationError):
+    """The SGLang environment, model or server could not be made ready."""
