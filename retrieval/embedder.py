@@ -44,6 +44,9 @@ class Embedder(Protocol):
 class EmbedderConfig:
     model: str = DEFAULT_EMBEDDER
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto: bfloat16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else float32.
+    # On these machines bf16 embedded passages 1.7x faster at cosine 0.998 to fp32.
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_seq_length: int = 256
 
 
@@ -64,6 +67,20 @@ def resolve_model_path(model: str) -> str:
 def passage_embedding_text(passage: Passage) -> str:
     """What is embedded for a passage: its document title, then its text."""
     return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
+def _cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _pick_dtype(dtype: str, device: str) -> str:
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device == "cuda" or _cpu_has_native_bf16() else "float32"
 
 
 def _pick_device(device: str) -> str:
@@ -97,15 +114,22 @@ class SentenceTransformerEmbedder:
             return
         from sentence_transformers import SentenceTransformer
 
+        import torch
+
         path = resolve_model_path(self._config.model)
         device = _pick_device(self._config.device)
+        dtype = _pick_dtype(self._config.dtype, device)
         try:
-            model = SentenceTransformer(path, device=device)
+            model = SentenceTransformer(
+                path, device=device, model_kwargs={"dtype": getattr(torch, dtype)}
+            )
         except (OSError, ValueError) as exc:
             raise RetrievalError(f"cannot load embedder {self._config.model!r}: {exc}") from exc
         model.max_seq_length = self._config.max_seq_length
         self._model = model
-        logger.info("embedder loaded model=%s path=%s device=%s", self.name, path, device)
+        logger.info(
+            "embedder loaded model=%s path=%s device=%s dtype=%s", self.name, path, device, dtype
+        )
 
     def _loaded(self) -> Any:
         if self._model is None:
