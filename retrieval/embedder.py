@@ -112,9 +112,8 @@ class SentenceTransformerEmbedder:
     def warm_up(self) -> None:
         if self._model is not None:
             return
-        from sentence_transformers import SentenceTransformer
-
         import torch
+        from sentence_transformers import SentenceTransformer
 
         path = resolve_model_path(self._config.model)
         device = _pick_device(self._config.device)
