@@ -99,7 +99,11 @@ def run_demo(port: int, sglang_port: int, question: str) -> int:
         return 1
     print(f"    SGLang at {sglang_url}")
     print("3/4 starting the answer service")
-    url = _start_service(settings, index_dir, port, sglang_url)
+    try:
+        url = _start_service(settings, index_dir, port, sglang_url)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"4/4 asking: {question}\n")
     code = asyncio.run(ask(url, question, None, None))
     print(f"\nset-up and answer took {time.monotonic() - started_s:.0f} s")
