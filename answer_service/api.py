@@ -6,13 +6,14 @@ A request's deadline is born here, at arrival, and carried into the pipeline.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
@@ -47,6 +48,7 @@ from budget import Deadline
 logger = logging.getLogger(__name__)
 
 _ERROR_STATUS = {"generation_timeout": 504, "generation_unavailable": 503}
+_DISCONNECT_POLL_S = 0.2
 
 
 def get_components(request: Request) -> Components:
@@ -116,6 +118,26 @@ async def _stream(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> AsyncIt
         yield _sse(event)
 
 
+async def _collect_while_connected(
+    request: Request, pipeline: AnswerPipeline, prepared: PreparedAnswer
+) -> Response:
+    """Collect the whole answer, but stop (and abort SGLang) if the client goes away."""
+    task = asyncio.create_task(_collect(pipeline, prepared))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                logger.info("client disconnected trace_id=%s", prepared.trace_id)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return Response(status_code=499)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
 async def _collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> JSONResponse:
     parts: list[str] = []
     error: ErrorEvent | None = None
@@ -148,7 +170,7 @@ async def _collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> JSONRe
         504: {"model": ErrorResponse},
     },
 )
-async def answer(body: AnswerBody, components: ComponentsDep) -> Any:
+async def answer(body: AnswerBody, components: ComponentsDep, http_request: Request) -> Any:
     request = _answer_request(body, components.settings)
     deadline = Deadline.after_ms(request.ttft_budget_ms)
     pipeline = components.pipeline
@@ -158,7 +180,7 @@ async def answer(body: AnswerBody, components: ComponentsDep) -> Any:
     prepared = await pipeline.prepare(request, deadline)
     if not body.stream:
         try:
-            return await _collect(pipeline, prepared)
+            return await _collect_while_connected(http_request, pipeline, prepared)
         finally:
             prepared.close_nowait()
 

@@ -146,6 +146,17 @@ def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLang
     assert rid in state.aborted, "the service aborted its SGLang request within a second"
 
 
+def test_non_streaming_client_disconnect_aborts_too(url: str, state: FakeSGLangState) -> None:
+    state.mode = "slow"
+    with pytest.raises(httpx.ReadTimeout):
+        post_answer(url, {"query": QUESTION, "stream": False}, timeout_s=0.5)
+    left_at = time.perf_counter()
+    rid = state.requests[-1]["rid"]
+    while rid not in state.aborted and time.perf_counter() - left_at < 1.0:
+        time.sleep(0.01)
+    assert rid in state.aborted, "the service aborted its SGLang request within a second"
+
+
 def test_sglang_down_means_not_ready_and_503(
     service: ServiceFactory, chatml_tokenizer_dir: Path
 ) -> None:
