@@ -8,6 +8,7 @@ so requests that share passages share a token prefix that SGLang's RadixAttentio
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -65,6 +66,8 @@ class HFChatTemplate:
     def __init__(self, tokenizer: str) -> None:
         self._source = tokenizer
         self._tokenizer: Any = None
+        # Rust tokenizers are not safe to reconfigure from two threads at once.
+        self._lock = threading.Lock()
 
     def warm_up(self) -> None:
         if self._tokenizer is not None:
@@ -86,17 +89,21 @@ class HFChatTemplate:
         return self._tokenizer
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
-        rendered = self._loaded().apply_chat_template(
-            [{"role": m.role, "content": m.content} for m in messages],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
+        tokenizer = self._loaded()
+        with self._lock:
+            rendered = tokenizer.apply_chat_template(
+                [{"role": m.role, "content": m.content} for m in messages],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
         if not isinstance(rendered, str):
             raise GenerationError("chat template did not render text")
         return rendered
 
     def count_tokens(self, text: str) -> int:
-        return len(self._loaded()(text, add_special_tokens=False)["input_ids"])
+        tokenizer = self._loaded()
+        with self._lock:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def render_passage(passage: ContextPassage) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,9 @@ class SentenceTransformerEmbedder:
     def __init__(self, config: EmbedderConfig) -> None:
         self._config = config
         self._model: Any = None
+        # A Rust tokenizer raises "Already borrowed" when two threads reconfigure its
+        # truncation at once; one call at a time also keeps torch from oversubscribing cores.
+        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -137,17 +141,20 @@ class SentenceTransformerEmbedder:
 
     def token_spans(self, text: str) -> Sequence[tuple[int, int]]:
         tokenizer = self._loaded().tokenizer
-        encoded = tokenizer(
-            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-        )
+        with self._lock:
+            encoded = tokenizer(
+                text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+            )
         return [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
-        vectors = self._loaded().encode(
-            list(texts),
-            batch_size=batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        model = self._loaded()
+        with self._lock:
+            vectors = model.encode(
+                list(texts),
+                batch_size=batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
         return np.ascontiguousarray(vectors, dtype=np.float32)
