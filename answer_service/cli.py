@@ -182,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # faiss logs every instruction set it tries at INFO.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     code: int = args.run(args)
     return code
 
