@@ -24,6 +24,7 @@ DEFAULT_SERVICE_PORT = 8000
 
 
 def _index_build(args: argparse.Namespace) -> int:
+    from retrieval.ann import AnnConfig
     from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
     from retrieval.errors import RetrievalError
     from retrieval.indexer import build_index
@@ -36,6 +37,7 @@ def _index_build(args: argparse.Namespace) -> int:
             args.out,
             embedder,
             chunking=ChunkingConfig(args.passage_tokens, args.overlap_tokens),
+            ann=AnnConfig(kind=args.index_kind),
             batch_size=args.batch_size,
             force=args.force,
         )
@@ -136,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--passage-tokens", type=int, default=200)
     build.add_argument("--overlap-tokens", type=int, default=40)
     build.add_argument("--batch-size", type=int, default=64)
+    build.add_argument(
+        "--index-kind",
+        choices=["auto", "flat", "ivf", "hnsw"],
+        default="auto",
+        help="auto: exact up to 50,000 passages, IVF above",
+    )
     build.add_argument("--force", action="store_true", help="rebuild even if current")
     build.set_defaults(run=_index_build)
 

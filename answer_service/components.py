@@ -20,6 +20,7 @@ from answer_service.telemetry import RecentTraces, build_tracer_provider
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
+from retrieval.ann import SearchDepth
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
 from retrieval.faiss_index import FaissIndex
@@ -76,6 +77,7 @@ class Components:
                 settings.index_dir,
                 embedder=embedder.name,
                 dimension=embedder.dimension,
+                device=settings.device,
             )
             # Warm the query path once, so the first request does not pay for lazy set-up.
             await asyncio.to_thread(lambda: index.search(embedder.encode(["warm-up"]), 1))
@@ -140,5 +142,8 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         next_token_timeout_s=settings.next_token_timeout_s,
         sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
         snippet_chars=settings.snippet_chars,
+        search_depth=SearchDepth(
+            nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
+        ),
         record_content=settings.record_content,
     )

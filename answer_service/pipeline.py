@@ -40,6 +40,7 @@ from generation.sglang_client import (
     SGLangClient,
     StreamTimeouts,
 )
+from retrieval.ann import SearchDepth
 from retrieval.errors import RetrievalError, RetrievalTimeoutError
 from retrieval.passage import ScoredPassage
 from retrieval.retriever import DenseRetriever
@@ -60,6 +61,7 @@ class PipelineConfig:
     sglang_connect_timeout_s: float = 2.0
     snippet_chars: int = 300
     record_content: bool = False
+    search_depth: SearchDepth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +204,13 @@ def _end_generate_span(span: Span, result: GenerationResult | None) -> None:
     span.end()
 
 
+def _depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
+    if depth is None:
+        return {}
+    attributes = {"retrieval.nprobe": depth.nprobe, "retrieval.ef_search": depth.ef_search}
+    return {key: value for key, value in attributes.items() if value is not None}
+
+
 def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
     passage = scored.passage
     return Source(
@@ -324,10 +333,14 @@ class AnswerPipeline:
                     "retrieval.k": request.top_k,
                     "retrieval.index.passages": len(self._retriever.index),
                     "retrieval.index.type": self._retriever.index.manifest.index_type,
+                    "retrieval.index.device": self._retriever.index.device,
+                    **_depth_attributes(self._config.search_depth),
                     "answer.stage.budget_ms": deadline.remaining_ms(),
                 },
             ) as span:
-                found = await self._retriever.search(vector.value, request.top_k, deadline)
+                found = await self._retriever.search(
+                    vector.value, request.top_k, deadline, self._config.search_depth
+                )
                 span.set_attribute("retrieval.results", len(found.value))
                 span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
         except RetrievalTimeoutError as exc:

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     embedder_model: str = DEFAULT_EMBEDDER
     device: Literal["auto", "cpu", "cuda"] = "auto"
     retrieval_workers: int = Field(default=2, ge=1, le=64)
+    # Default per-query depth of an approximate index (ignored by exact search).
+    search_nprobe: int = Field(default=16, ge=1)
+    search_ef_search: int = Field(default=64, ge=1)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
     # Tokenizer whose chat template lays the prompt out; default: the served model's path as

@@ -14,18 +14,26 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import faiss
 import numpy as np
 
+from retrieval.ann import (
+    AnnConfig,
+    IndexKind,
+    SearchDepth,
+    build_search_index,
+    maybe_to_gpu,
+    search_parameters,
+)
 from retrieval.embedder import Vectors
 from retrieval.errors import IndexMismatchError, IndexNotFoundError, RetrievalError
 from retrieval.passage import Passage, ScoredPassage
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.jsonl"
@@ -40,7 +48,9 @@ class IndexManifest:
     corpus_name: str
     passage_tokens: int
     overlap_tokens: int
-    index_type: str = "flat_ip"
+    index_type: IndexKind = "flat"
+    nlist: int | None = None
+    hnsw_m: int | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
@@ -69,13 +79,20 @@ def read_manifest(directory: Path) -> IndexManifest:
 class FaissIndex:
     """Passages and their vectors; `search` is blocking and thread-safe for readers."""
 
-    def __init__(self, manifest: IndexManifest, index: Any, passages: Sequence[Passage]) -> None:
+    def __init__(
+        self,
+        manifest: IndexManifest,
+        index: Any,
+        passages: Sequence[Passage],
+        device: str = "cpu",
+    ) -> None:
         if index.ntotal != len(passages) or manifest.passage_count != len(passages):
             raise IndexMismatchError(
                 f"index holds {index.ntotal} vectors and {len(passages)} passages, "
                 f"manifest says {manifest.passage_count}"
             )
         self.manifest = manifest
+        self.device = device
         self._index = index
         self._passages = list(passages)
 
@@ -85,7 +102,9 @@ class FaissIndex:
     def passage(self, row: int) -> Passage:
         return self._passages[row]
 
-    def search(self, queries: Vectors, k: int) -> list[list[ScoredPassage]]:
+    def search(
+        self, queries: Vectors, k: int, depth: SearchDepth | None = None
+    ) -> list[list[ScoredPassage]]:
         if queries.ndim != 2 or queries.shape[1] != self.manifest.dimension:
             raise RetrievalError(
                 f"query vectors of shape {queries.shape} do not fit dimension "
@@ -94,7 +113,10 @@ class FaissIndex:
         k = min(k, len(self._passages))
         if k <= 0:
             return [[] for _ in range(queries.shape[0])]
-        scores, rows = self._index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        params = search_parameters(self.manifest.index_type, depth)
+        scores, rows = self._index.search(
+            np.ascontiguousarray(queries, dtype=np.float32), k, params=params
+        )
         return [
             [
                 ScoredPassage(passage=self._passages[int(row)], score=float(score))
@@ -112,6 +134,7 @@ class FaissIndex:
         embedder: str,
         dimension: int,
         corpus_checksum: str | None = None,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
     ) -> FaissIndex:
         """Load and check against the embedder in use (and the corpus, when given)."""
         manifest = read_manifest(directory)
@@ -127,8 +150,15 @@ class FaissIndex:
         except RuntimeError as exc:
             raise IndexMismatchError(f"cannot read {directory / INDEX_FILE}: {exc}") from exc
         passages = list(read_passages(directory / PASSAGES_FILE))
-        loaded = cls(manifest, index, passages)
-        logger.info("index loaded dir=%s passages=%d", directory, len(loaded))
+        index, placed_on = maybe_to_gpu(index, device)
+        loaded = cls(manifest, index, passages, placed_on)
+        logger.info(
+            "index loaded dir=%s passages=%d kind=%s device=%s",
+            directory,
+            len(loaded),
+            manifest.index_type,
+            placed_on,
+        )
         return loaded
 
 
@@ -189,9 +219,11 @@ class IndexWriter:
             self._passages_file.write(passage_to_json(passage) + "\n")
         self.count += len(passages)
 
-    def commit(self, manifest: IndexManifest) -> None:
+    def commit(self, manifest: IndexManifest, ann: AnnConfig) -> None:
+        """Build the manifest's kind of index from the vectors added, then swap it in."""
         self._passages_file.close()
-        faiss.write_index(self._index, str(self._staging / INDEX_FILE))
+        index = build_search_index(self._index, manifest.index_type, ann)
+        faiss.write_index(index, str(self._staging / INDEX_FILE))
         (self._staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         if self.directory.exists():
             previous = self.directory.with_name(f".{self.directory.name}.old-{os.getpid()}")

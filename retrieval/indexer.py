@@ -10,9 +10,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from retrieval.ann import AnnConfig
 from retrieval.corpus import corpus_checksum, read_corpus
 from retrieval.embedder import Embedder, passage_embedding_text
-from retrieval.faiss_index import IndexManifest, IndexWriter, read_manifest
+from retrieval.faiss_index import FORMAT_VERSION, IndexManifest, IndexWriter, read_manifest
 from retrieval.passage import ChunkingConfig, Passage, split_document
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ def index_is_current(
         return False
     manifest = read_manifest(directory)
     return (
-        manifest.corpus_checksum == corpus_checksum(corpus)
+        manifest.format_version == FORMAT_VERSION
+        and manifest.corpus_checksum == corpus_checksum(corpus)
         and manifest.embedder == embedder.name
         and manifest.passage_tokens == chunking.passage_tokens
         and manifest.overlap_tokens == chunking.overlap_tokens
@@ -62,6 +64,7 @@ def build_index(
     embedder: Embedder,
     *,
     chunking: ChunkingConfig | None = None,
+    ann: AnnConfig | None = None,
     batch_size: int = 64,
     progress: bool = True,
     force: bool = False,
@@ -72,6 +75,7 @@ def build_index(
     as it is unless `force` is set.
     """
     chunking = chunking or ChunkingConfig()
+    ann = ann or AnnConfig()
     started_s = time.monotonic()
     embedder.warm_up()
     if not force and index_is_current(out_dir, corpus, embedder, chunking):
@@ -96,6 +100,7 @@ def build_index(
                 texts = [passage_embedding_text(passage) for passage in batch]
                 writer.add(batch, embedder.encode(texts, batch_size=batch_size))
                 bar.set_postfix(passages=writer.count, refresh=False)
+        kind = ann.resolve(writer.count)
         manifest = IndexManifest(
             embedder=embedder.name,
             dimension=embedder.dimension,
@@ -104,8 +109,11 @@ def build_index(
             corpus_name=corpus.name,
             passage_tokens=chunking.passage_tokens,
             overlap_tokens=chunking.overlap_tokens,
+            index_type=kind,
+            nlist=ann.lists_for(writer.count) if kind == "ivf" else None,
+            hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
         )
-        writer.commit(manifest)
+        writer.commit(manifest, ann)
     except BaseException:
         writer.abort()
         raise

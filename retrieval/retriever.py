@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from budget import Deadline
+from retrieval.ann import SearchDepth
 from retrieval.embedder import Embedder, Vectors
 from retrieval.errors import RetrievalTimeoutError
 from retrieval.faiss_index import FaissIndex
@@ -52,9 +53,9 @@ class DenseRetriever:
         return await self._run("embed", deadline, lambda: self.embedder.encode([query]))
 
     async def search(
-        self, vector: Vectors, k: int, deadline: Deadline
+        self, vector: Vectors, k: int, deadline: Deadline, depth: SearchDepth | None = None
     ) -> Timed[list[ScoredPassage]]:
-        return await self._run("search", deadline, lambda: self.index.search(vector, k)[0])
+        return await self._run("search", deadline, lambda: self.index.search(vector, k, depth)[0])
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
