@@ -76,6 +76,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
         index_passages=len(retriever.index) if retriever else None,
         sglang_url=components.sglang.base_url,
         model=components.served_model,
+        reranker=components.reranker_status,
     )
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 

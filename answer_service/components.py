@@ -24,6 +24,7 @@ from retrieval.ann import SearchDepth
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
 from retrieval.faiss_index import FaissIndex
+from retrieval.reranker import RerankerConfig, load_reranker
 from retrieval.retriever import DenseRetriever
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ class Components:
     pipeline: AnswerPipeline | None = None
     served_model: str | None = None
     warm_up_error: str | None = None
+    reranker_status: str = "not loaded"
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
+    _reranker_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, settings: Settings) -> Components:
@@ -98,6 +101,26 @@ class Components:
             _pipeline_config(settings, self.served_model),
         )
         logger.info("warm-up finished passages=%d model=%s", len(index), self.served_model)
+        self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
+
+    async def _load_reranker(self) -> None:
+        """Attach the reranker when it has loaded; until then requests go without it."""
+        settings = self.settings
+        if settings.reranker_model is None:
+            self.reranker_status = "disabled by configuration"
+            return
+        self.reranker_status = f"loading {settings.reranker_model}"
+        config = RerankerConfig(
+            model=settings.reranker_model,
+            device=settings.device,
+            max_tokens=settings.reranker_max_tokens,
+        )
+        reranker = await asyncio.to_thread(load_reranker, config)
+        if reranker is None:
+            self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
+        elif self.retriever is not None:
+            self.retriever.reranker = reranker
+            self.reranker_status = reranker.name
 
     async def _served_model(self) -> str:
         """The model SGLang serves; waits for SGLang to come up (readiness says so meanwhile)."""
@@ -120,9 +143,10 @@ class Components:
         return reasons
 
     async def aclose(self) -> None:
-        if self._warm_up_task is not None and not self._warm_up_task.done():
-            self._warm_up_task.cancel()
-            await asyncio.gather(self._warm_up_task, return_exceptions=True)
+        for task in (self._warm_up_task, self._reranker_task):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.retriever is not None:
             self.retriever.close()
         await self.sglang.drain()
@@ -142,6 +166,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         next_token_timeout_s=settings.next_token_timeout_s,
         sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
         snippet_chars=settings.snippet_chars,
+        rerank_candidates=settings.rerank_candidates,
         search_depth=SearchDepth(
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),

@@ -9,6 +9,7 @@ pipeline in-process.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -43,7 +44,7 @@ from generation.sglang_client import (
 from retrieval.ann import SearchDepth
 from retrieval.errors import RetrievalError, RetrievalTimeoutError
 from retrieval.passage import ScoredPassage
-from retrieval.retriever import DenseRetriever
+from retrieval.retriever import DenseRetriever, Reranked
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class PipelineConfig:
     snippet_chars: int = 300
     record_content: bool = False
     search_depth: SearchDepth | None = None
+    rerank_candidates: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,7 @@ class Source:
 class StageTimings:
     embed_ms: float = 0.0
     search_ms: float = 0.0
+    rerank_ms: float = 0.0
     prompt_ms: float = 0.0
     generate_ms: float = 0.0
 
@@ -103,6 +106,14 @@ class AnswerStats:
     finish_reason: str
     passages_in_prompt: int
     passages_dropped: int
+    degraded: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    passages: list[ScoredPassage]
+    timings: StageTimings
+    degraded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +157,7 @@ class PreparedAnswer:
     root: Span
     generate_span: Span
     timings: StageTimings
+    degraded: tuple[str, ...] = ()
     outcome: str = "ok"
     ttft_ms: float | None = None
     _closed: bool = field(default=False)
@@ -169,6 +181,7 @@ class PreparedAnswer:
             finish_reason=result.finish_reason if result else self.outcome,
             passages_in_prompt=len(self.prompt.passages),
             passages_dropped=self.prompt.dropped_passages,
+            degraded=self.degraded,
         )
 
     def close_nowait(self) -> None:
@@ -183,6 +196,7 @@ class PreparedAnswer:
                 "answer.outcome": stats.outcome,
                 "answer.within_budget": stats.within_budget,
                 "answer.ttft_ms": stats.ttft_ms if stats.ttft_ms is not None else -1.0,
+                "answer.degraded": stats.degraded,
             }
         )
         if stats.outcome not in ("ok", "cancelled"):
@@ -273,7 +287,8 @@ class AnswerPipeline:
             request.ttft_budget_ms * self._config.retrieval_share, self._config.retrieval_floor_ms
         )
         retrieval_deadline = hard.slice_ms(retrieval_ms)
-        scored, embed_ms, search_ms = await self._retrieve(request, retrieval_deadline)
+        retrieved = await self._retrieve(request, retrieval_deadline)
+        scored = retrieved.passages
         started_s = time.perf_counter()
         sources = tuple(
             _source(n, sp, self._config.snippet_chars) for n, sp in enumerate(scored, start=1)
@@ -309,12 +324,17 @@ class AnswerPipeline:
             stream=stream,
             root=root,
             generate_span=generate_span,
-            timings=StageTimings(embed_ms=embed_ms, search_ms=search_ms, prompt_ms=prompt_ms),
+            timings=dataclasses.replace(retrieved.timings, prompt_ms=prompt_ms),
+            degraded=retrieved.degraded,
         )
 
-    async def _retrieve(
-        self, request: AnswerRequest, deadline: Deadline
-    ) -> tuple[list[ScoredPassage], float, float]:
+    async def _retrieve(self, request: AnswerRequest, deadline: Deadline) -> Retrieved:
+        reranker = self._retriever.reranker
+        k = (
+            request.top_k
+            if reranker is None
+            else max(request.top_k, self._config.rerank_candidates)
+        )
         embedder = self._retriever.embedder.name
         try:
             with self._tracer.start_as_current_span(
@@ -330,7 +350,7 @@ class AnswerPipeline:
             with self._tracer.start_as_current_span(
                 "search",
                 attributes={
-                    "retrieval.k": request.top_k,
+                    "retrieval.k": k,
                     "retrieval.index.passages": len(self._retriever.index),
                     "retrieval.index.type": self._retriever.index.manifest.index_type,
                     "retrieval.index.device": self._retriever.index.device,
@@ -339,15 +359,43 @@ class AnswerPipeline:
                 },
             ) as span:
                 found = await self._retriever.search(
-                    vector.value, request.top_k, deadline, self._config.search_depth
+                    vector.value, k, deadline, self._config.search_depth
                 )
                 span.set_attribute("retrieval.results", len(found.value))
                 span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
+            reranked = await self._rerank(request, found.value, deadline)
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        return found.value, vector.elapsed_ms, found.elapsed_ms
+        timings = StageTimings(
+            embed_ms=vector.elapsed_ms, search_ms=found.elapsed_ms, rerank_ms=reranked.elapsed_ms
+        )
+        degraded = () if reranked.degraded is None else (reranked.degraded,)
+        return Retrieved(reranked.passages, timings, degraded)
+
+    async def _rerank(
+        self, request: AnswerRequest, candidates: list[ScoredPassage], deadline: Deadline
+    ) -> Reranked:
+        reranker = self._retriever.reranker
+        if reranker is None:
+            return Reranked(candidates[: request.top_k], 0.0)
+        with self._tracer.start_as_current_span(
+            "rerank",
+            attributes={
+                "answer.stage.budget_ms": deadline.remaining_ms(),
+                "rerank.model": reranker.name,
+                "rerank.candidates": len(candidates),
+                "rerank.top_n": request.top_k,
+            },
+        ) as span:
+            reranked = await self._retriever.rerank(
+                request.query, candidates, request.top_k, deadline
+            )
+            span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)
+            if reranked.degraded is not None:
+                span.set_attribute("answer.degraded", reranked.degraded)
+        return reranked
 
     async def _build_prompt(self, question: str, scored: list[ScoredPassage]) -> Prompt:
         passages = [
@@ -406,11 +454,8 @@ class AnswerPipeline:
             prepared.outcome = "cancelled"
             raise
         finally:
-            prepared.timings = StageTimings(
-                embed_ms=prepared.timings.embed_ms,
-                search_ms=prepared.timings.search_ms,
-                prompt_ms=prepared.timings.prompt_ms,
-                generate_ms=(time.perf_counter() - generate_started_s) * 1000.0,
+            prepared.timings = dataclasses.replace(
+                prepared.timings, generate_ms=(time.perf_counter() - generate_started_s) * 1000.0
             )
             prepared.close_nowait()
         if error is not None:

@@ -61,6 +61,7 @@ class ErrorPayload(BaseModel):
 class TimingsOut(BaseModel):
     embed: float
     search: float
+    rerank: float
     prompt: float
     generate: float
 
@@ -78,6 +79,7 @@ class DonePayload(BaseModel):
     finish_reason: str
     passages_in_prompt: int
     passages_dropped: int
+    degraded: list[str]
 
     @classmethod
     def of(cls, stats: AnswerStats) -> DonePayload:
@@ -91,6 +93,7 @@ class DonePayload(BaseModel):
             timings_ms=TimingsOut(
                 embed=round(stages.embed_ms, 2),
                 search=round(stages.search_ms, 2),
+                rerank=round(stages.rerank_ms, 2),
                 prompt=round(stages.prompt_ms, 2),
                 generate=round(stages.generate_ms, 2),
             ),
@@ -100,6 +103,7 @@ class DonePayload(BaseModel):
             finish_reason=stats.finish_reason,
             passages_in_prompt=stats.passages_in_prompt,
             passages_dropped=stats.passages_dropped,
+            degraded=list(stats.degraded),
         )
 
 
@@ -128,3 +132,4 @@ class ReadyOut(BaseModel):
     index_passages: int | None = None
     sglang_url: str
     model: str | None = None
+    reranker: str

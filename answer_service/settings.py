@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retrieval.embedder import DEFAULT_EMBEDDER
+from retrieval.reranker import DEFAULT_RERANKER
 
 DEFAULT_SGLANG_PORT = 30000
 
@@ -30,6 +31,12 @@ class Settings(BaseSettings):
     # Default per-query depth of an approximate index (ignored by exact search).
     search_nprobe: int = Field(default=16, ge=1)
     search_ef_search: int = Field(default=64, ge=1)
+    # A sentence-transformers CrossEncoder by hub id or folder; None turns the stage off.
+    # Loaded in the background after warm-up; where it cannot load, the service says so once
+    # and answers without it.
+    reranker_model: str | None = DEFAULT_RERANKER
+    rerank_candidates: int = Field(default=20, ge=1, le=200)
+    reranker_max_tokens: int = Field(default=256, ge=16, le=512)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
     # Tokenizer whose chat template lays the prompt out; default: the served model's path as

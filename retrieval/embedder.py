@@ -78,13 +78,13 @@ def _cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _pick_dtype(dtype: str, device: str) -> str:
+def pick_dtype(dtype: str, device: str) -> str:
     if dtype != "auto":
         return dtype
     return "bfloat16" if device == "cuda" or _cpu_has_native_bf16() else "float32"
 
 
-def _pick_device(device: str) -> str:
+def pick_device(device: str) -> str:
     if device != "auto":
         return device
     import torch
@@ -120,8 +120,8 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         path = resolve_model_path(self._config.model)
-        device = _pick_device(self._config.device)
-        dtype = _pick_dtype(self._config.dtype, device)
+        device = pick_device(self._config.device)
+        dtype = pick_dtype(self._config.dtype, device)
         try:
             model = SentenceTransformer(
                 path, device=device, model_kwargs={"dtype": getattr(torch, dtype)}

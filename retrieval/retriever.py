@@ -15,6 +15,7 @@ from retrieval.embedder import Embedder, Vectors
 from retrieval.errors import RetrievalTimeoutError
 from retrieval.faiss_index import FaissIndex
 from retrieval.passage import ScoredPassage
+from retrieval.reranker import Reranker
 
 T = TypeVar("T")
 
@@ -25,6 +26,15 @@ class Timed(Generic[T]):
     elapsed_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class Reranked:
+    """The passages to use, and why they are not the reranker's order when they are not."""
+
+    passages: list[ScoredPassage]
+    elapsed_ms: float
+    degraded: str | None = None
+
+
 class DenseRetriever:
     """Owns a bounded thread pool; blocking model and faiss calls never touch the event loop.
 
@@ -33,9 +43,17 @@ class DenseRetriever:
     the pool is bounded: overload queues here instead of multiplying threads.
     """
 
-    def __init__(self, embedder: Embedder, index: FaissIndex, *, max_workers: int = 2) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        index: FaissIndex,
+        *,
+        reranker: Reranker | None = None,
+        max_workers: int = 2,
+    ) -> None:
         self.embedder = embedder
         self.index = index
+        self.reranker = reranker
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="retrieval")
 
     async def _run(self, stage: str, deadline: Deadline, call: Callable[[], T]) -> Timed[T]:
@@ -56,6 +74,25 @@ class DenseRetriever:
         self, vector: Vectors, k: int, deadline: Deadline, depth: SearchDepth | None = None
     ) -> Timed[list[ScoredPassage]]:
         return await self._run("search", deadline, lambda: self.index.search(vector, k, depth)[0])
+
+    async def rerank(
+        self, query: str, candidates: list[ScoredPassage], top_n: int, deadline: Deadline
+    ) -> Reranked:
+        """Reranked `top_n`; retrieval order (marked degraded) when the deadline runs out."""
+        reranker = self.reranker
+        if reranker is None:
+            return Reranked(candidates[:top_n], 0.0)
+        if deadline.expired:
+            return Reranked(candidates[:top_n], 0.0, "rerank skipped: deadline already spent")
+        started_s = time.perf_counter()
+        try:
+            timed = await self._run(
+                "rerank", deadline, lambda: reranker.rerank(query, candidates, top_n)
+            )
+        except RetrievalTimeoutError:
+            elapsed_ms = (time.perf_counter() - started_s) * 1000.0
+            return Reranked(candidates[:top_n], elapsed_ms, "rerank timed out: retrieval order")
+        return Reranked(timed.value, timed.elapsed_ms)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -97,6 +97,7 @@ def service(squad_index: Path) -> ServiceFactory:
 
     @contextmanager
     def run(*, ready: bool = True, **overrides: Any) -> Iterator[str]:
+        overrides.setdefault("reranker_model", None)
         settings = Settings(index_dir=overrides.pop("index_dir", squad_index), **overrides)
         with serve_in_thread(create_app(settings)) as url:
             if ready:

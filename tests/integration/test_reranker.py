@@ -1,0 +1,151 @@
+"""The rerank stage with a cross-encoder of the real size and cost: the packaged MiniLM
+encoder with a fresh classification head. Its scores are untrained, so these tests check
+mechanics, order, deadlines and the service's handling, never ranking quality."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import faiss
+import httpx
+import numpy as np
+import pytest
+
+from budget import Deadline
+from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
+from retrieval.faiss_index import FaissIndex, IndexManifest
+from retrieval.passage import Passage, ScoredPassage
+from retrieval.reranker import CrossEncoderReranker, RerankerConfig, load_reranker
+from retrieval.retriever import DenseRetriever
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.fakes.hash_embedder import HashEmbedder
+from tests.integration.conftest import ServiceFactory
+from tests.support import post_answer, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def fresh_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sentence_transformers import CrossEncoder
+
+    target = tmp_path_factory.mktemp("cross-encoder")
+    CrossEncoder(resolve_model_path(DEFAULT_EMBEDDER), num_labels=1, device="cpu").save(str(target))
+    return target
+
+
+def _candidates(count: int) -> list[ScoredPassage]:
+    return [
+        ScoredPassage(
+            Passage(f"d{i}#0", f"d{i}", 0, f"Title {i}", f"passage text {i} " * 30, 0, 10),
+            1.0 - i / 100,
+        )
+        for i in range(count)
+    ]
+
+
+def test_reranks_candidates_by_cross_encoder_score(fresh_cross_encoder: Path) -> None:
+    reranker = CrossEncoderReranker(str(fresh_cross_encoder), RerankerConfig(max_tokens=128))
+    reranker.warm_up()
+    candidates = _candidates(12)
+    top = reranker.rerank("what is passage 3?", candidates, 5)
+    assert len(top) == 5
+    scores = [p.score for p in top]
+    assert scores == sorted(scores, reverse=True)
+    assert {p.passage.passage_id for p in top} <= {c.passage.passage_id for c in candidates}
+    again = reranker.rerank("what is passage 3?", candidates, 5)
+    assert [p.passage.passage_id for p in again] == [p.passage.passage_id for p in top]
+    assert reranker.rerank("q", [], 5) == []
+
+
+def test_an_unloadable_reranker_is_reported_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    assert load_reranker(RerankerConfig(model=str(tmp_path))) is None
+    assert load_reranker(RerankerConfig(model=None)) is None
+
+
+async def test_rerank_degrades_to_retrieval_order_when_time_runs_out(
+    fresh_cross_encoder: Path,
+) -> None:
+    reranker = CrossEncoderReranker(str(fresh_cross_encoder), RerankerConfig())
+    reranker.warm_up()
+    retriever = DenseRetriever(HashEmbedder(), _index(), reranker=reranker)
+    candidates = _candidates(100)
+    spent = Deadline.after_ms(1)
+    await asyncio.sleep(0.01)
+    skipped = await retriever.rerank("q", candidates, 5, spent)
+    assert skipped.degraded == "rerank skipped: deadline already spent"
+    assert skipped.passages == candidates[:5]
+    started = time.perf_counter()
+    cut = await retriever.rerank("q", candidates, 5, Deadline.after_ms(20))
+    assert cut.degraded == "rerank timed out: retrieval order"
+    assert cut.passages == candidates[:5]
+    assert time.perf_counter() - started < 0.5, "the caller is not held past the deadline"
+    full = await retriever.rerank("q", candidates[:10], 5, Deadline.after_ms(30_000))
+    assert full.degraded is None
+    assert full.elapsed_ms > 0
+    retriever.close()
+
+
+def _index() -> FaissIndex:
+    """A one-passage faiss index: the rerank stage does not search."""
+    flat = faiss.IndexFlatIP(64)
+    flat.add(np.ones((1, 64), dtype=np.float32))
+    manifest = IndexManifest("test/hash-embedder", 64, 1, "sha256:x", "x", 1, 0)
+    return FaissIndex(manifest, flat, [_candidates(1)[0].passage])
+
+
+@pytest.fixture(scope="module")
+def fake_sglang(chatml_tokenizer_dir: Path) -> Iterator[str]:
+    with serve_in_thread(
+        create_fake_sglang(FakeSGLangState(model_path=str(chatml_tokenizer_dir)))
+    ) as url:
+        yield url
+
+
+def _wait_for_reranker(url: str) -> str:
+    deadline = time.monotonic() + 60
+    status = ""
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{url}/readyz").json()["reranker"]
+        if not status.startswith(("loading", "not loaded")):
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"reranker still {status}")
+
+
+def test_service_reranks_and_reports_the_stage(
+    service: ServiceFactory, fake_sglang: str, fresh_cross_encoder: Path
+) -> None:
+    with service(
+        sglang_url=fake_sglang,
+        reranker_model=str(fresh_cross_encoder),
+        rerank_candidates=15,
+        default_ttft_budget_ms=20_000,
+    ) as url:
+        assert _wait_for_reranker(url) == str(fresh_cross_encoder)
+        body = post_answer(url, {"query": "Who won Super Bowl 50?", "stream": False}).json()
+        done = body["done"]
+        assert done["timings_ms"]["rerank"] > 0
+        assert done["degraded"] == []
+        assert len(body["sources"]) == 5
+        trace = httpx.get(f"{url}/v1/traces", params={"limit": 1}).json()[0]
+        rerank = next(s for s in trace["spans"] if s["name"] == "rerank")
+        assert rerank["attributes"]["rerank.candidates"] == 15
+        assert rerank["attributes"]["rerank.top_n"] == 5
+        search = next(s for s in trace["spans"] if s["name"] == "search")
+        assert search["attributes"]["retrieval.k"] == 15
+
+
+def test_service_without_a_loadable_reranker_answers_anyway(
+    service: ServiceFactory, fake_sglang: str, tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    with service(sglang_url=fake_sglang, reranker_model=str(tmp_path)) as url:
+        assert _wait_for_reranker(url).startswith("unavailable")
+        body = post_answer(url, {"query": "Who won Super Bowl 50?", "stream": False}).json()
+        assert body["done"]["timings_ms"]["rerank"] == 0
+        assert httpx.get(f"{url}/readyz").status_code == 200
