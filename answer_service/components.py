@@ -21,11 +21,13 @@ from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
 from retrieval.ann import SearchDepth
+from retrieval.bm25_index import BM25Index
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
 from retrieval.faiss_index import FaissIndex
+from retrieval.fusion import FusionConfig
 from retrieval.reranker import RerankerConfig, load_reranker
-from retrieval.retriever import DenseRetriever
+from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class Components:
     sglang: SGLangClient
     recent: RecentTraces
     provider: TracerProvider
-    retriever: DenseRetriever | None = None
+    retriever: Retriever | None = None
     pipeline: AnswerPipeline | None = None
     served_model: str | None = None
     warm_up_error: str | None = None
@@ -84,7 +86,20 @@ class Components:
             )
             # Warm the query path once, so the first request does not pay for lazy set-up.
             await asyncio.to_thread(lambda: index.search(embedder.encode(["warm-up"]), 1))
-            self.retriever = DenseRetriever(embedder, index, max_workers=settings.retrieval_workers)
+            lexical = None
+            if index.manifest.lexical_index == "bm25":
+                lexical = await asyncio.to_thread(BM25Index.load, settings.index_dir, len(index))
+            self.retriever = Retriever(
+                embedder,
+                index,
+                lexical=lexical,
+                fusion=FusionConfig(
+                    rrf_k=settings.rrf_k,
+                    dense_weight=settings.dense_weight,
+                    lexical_weight=settings.lexical_weight,
+                ),
+                max_workers=settings.retrieval_workers,
+            )
             tokenizer = settings.tokenizer or await self._served_model()
             self.served_model = self.served_model or tokenizer
             template = HFChatTemplate(tokenizer)
@@ -167,6 +182,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
         snippet_chars=settings.snippet_chars,
         rerank_candidates=settings.rerank_candidates,
+        retrieval_mode=settings.retrieval_mode,
         search_depth=SearchDepth(
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),

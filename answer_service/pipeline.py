@@ -42,9 +42,10 @@ from generation.sglang_client import (
     StreamTimeouts,
 )
 from retrieval.ann import SearchDepth
+from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError, RetrievalTimeoutError
 from retrieval.passage import ScoredPassage
-from retrieval.retriever import DenseRetriever, Reranked
+from retrieval.retriever import Reranked, RetrievalMode, Retriever, Timed
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class PipelineConfig:
     record_content: bool = False
     search_depth: SearchDepth | None = None
     rerank_candidates: int = 20
+    retrieval_mode: RetrievalMode = "hybrid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +242,7 @@ def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
 class AnswerPipeline:
     def __init__(
         self,
-        retriever: DenseRetriever,
+        retriever: Retriever,
         template: ChatTemplate,
         sglang: SGLangClient,
         tracer: Tracer,
@@ -335,21 +337,13 @@ class AnswerPipeline:
             if reranker is None
             else max(request.top_k, self._config.rerank_candidates)
         )
-        embedder = self._retriever.embedder.name
+        mode = self._mode()
         try:
-            with self._tracer.start_as_current_span(
-                "embed",
-                attributes={
-                    "gen_ai.operation.name": "embeddings",
-                    "gen_ai.request.model": embedder,
-                    "answer.stage.budget_ms": deadline.remaining_ms(),
-                },
-            ) as span:
-                vector = await self._retriever.embed_query(request.query, deadline)
-                span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
+            vector = await self._embed(request, deadline) if mode != "lexical" else None
             with self._tracer.start_as_current_span(
                 "search",
                 attributes={
+                    "retrieval.mode": mode,
                     "retrieval.k": k,
                     "retrieval.index.passages": len(self._retriever.index),
                     "retrieval.index.type": self._retriever.index.manifest.index_type,
@@ -359,7 +353,12 @@ class AnswerPipeline:
                 },
             ) as span:
                 found = await self._retriever.search(
-                    vector.value, k, deadline, self._config.search_depth
+                    request.query,
+                    vector.value if vector else None,
+                    k,
+                    deadline,
+                    depth=self._config.search_depth,
+                    mode=mode,
                 )
                 span.set_attribute("retrieval.results", len(found.value))
                 span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
@@ -369,10 +368,30 @@ class AnswerPipeline:
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
         timings = StageTimings(
-            embed_ms=vector.elapsed_ms, search_ms=found.elapsed_ms, rerank_ms=reranked.elapsed_ms
+            embed_ms=vector.elapsed_ms if vector else 0.0,
+            search_ms=found.elapsed_ms,
+            rerank_ms=reranked.elapsed_ms,
         )
         degraded = () if reranked.degraded is None else (reranked.degraded,)
         return Retrieved(reranked.passages, timings, degraded)
+
+    def _mode(self) -> RetrievalMode:
+        """The configured mode where the index supports it, else dense."""
+        modes = self._retriever.modes()
+        return self._config.retrieval_mode if self._config.retrieval_mode in modes else "dense"
+
+    async def _embed(self, request: AnswerRequest, deadline: Deadline) -> Timed[Vectors]:
+        with self._tracer.start_as_current_span(
+            "embed",
+            attributes={
+                "gen_ai.operation.name": "embeddings",
+                "gen_ai.request.model": self._retriever.embedder.name,
+                "answer.stage.budget_ms": deadline.remaining_ms(),
+            },
+        ) as span:
+            vector = await self._retriever.embed_query(request.query, deadline)
+            span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
+        return vector
 
     async def _rerank(
         self, request: AnswerRequest, candidates: list[ScoredPassage], deadline: Deadline
@@ -395,7 +414,8 @@ class AnswerPipeline:
             span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)
             if reranked.degraded is not None:
                 span.set_attribute("answer.degraded", reranked.degraded)
-        return reranked
+        result: Reranked = reranked
+        return result
 
     async def _build_prompt(self, question: str, scored: list[ScoredPassage]) -> Prompt:
         passages = [

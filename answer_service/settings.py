@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     embedder_model: str = DEFAULT_EMBEDDER
     device: Literal["auto", "cpu", "cuda"] = "auto"
     retrieval_workers: int = Field(default=2, ge=1, le=64)
+    # hybrid: reciprocal-rank fusion of dense and BM25 lists (where the index has BM25).
+    retrieval_mode: Literal["dense", "lexical", "hybrid"] = "hybrid"
+    rrf_k: int = Field(default=60, ge=0)
+    dense_weight: float = Field(default=1.0, ge=0.0)
+    lexical_weight: float = Field(default=1.0, ge=0.0)
     # Default per-query depth of an approximate index (ignored by exact search).
     search_nprobe: int = Field(default=16, ge=1)
     search_ef_search: int = Field(default=64, ge=1)

@@ -27,7 +27,8 @@ from retrieval.ann import (
     maybe_to_gpu,
     search_parameters,
 )
-from retrieval.embedder import Vectors
+from retrieval.bm25_index import BM25Config, BM25Index
+from retrieval.embedder import Vectors, passage_embedding_text
 from retrieval.errors import IndexMismatchError, IndexNotFoundError, RetrievalError
 from retrieval.passage import Passage, ScoredPassage
 
@@ -51,6 +52,7 @@ class IndexManifest:
     index_type: IndexKind = "flat"
     nlist: int | None = None
     hnsw_m: int | None = None
+    lexical_index: Literal["bm25"] | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
@@ -102,9 +104,10 @@ class FaissIndex:
     def passage(self, row: int) -> Passage:
         return self._passages[row]
 
-    def search(
+    def search_rows(
         self, queries: Vectors, k: int, depth: SearchDepth | None = None
-    ) -> list[list[ScoredPassage]]:
+    ) -> list[list[tuple[int, float]]]:
+        """(row, score) pairs per query, best first; row i is `passage(i)`."""
         if queries.ndim != 2 or queries.shape[1] != self.manifest.dimension:
             raise RetrievalError(
                 f"query vectors of shape {queries.shape} do not fit dimension "
@@ -118,12 +121,16 @@ class FaissIndex:
             np.ascontiguousarray(queries, dtype=np.float32), k, params=params
         )
         return [
-            [
-                ScoredPassage(passage=self._passages[int(row)], score=float(score))
-                for score, row in zip(score_row, row_row, strict=True)
-                if row >= 0
-            ]
-            for score_row, row_row in zip(scores, rows, strict=True)
+            [(int(row), float(score)) for score, row in zip(s_row, r_row, strict=True) if row >= 0]
+            for s_row, r_row in zip(scores, rows, strict=True)
+        ]
+
+    def search(
+        self, queries: Vectors, k: int, depth: SearchDepth | None = None
+    ) -> list[list[ScoredPassage]]:
+        return [
+            [ScoredPassage(self._passages[row], score) for row, score in hits]
+            for hits in self.search_rows(queries, k, depth)
         ]
 
     @classmethod
@@ -224,6 +231,11 @@ class IndexWriter:
         self._passages_file.close()
         index = build_search_index(self._index, manifest.index_type, ann)
         faiss.write_index(index, str(self._staging / INDEX_FILE))
+        if manifest.lexical_index == "bm25":
+            texts = [
+                passage_embedding_text(p) for p in read_passages(self._staging / PASSAGES_FILE)
+            ]
+            BM25Index.build(texts, BM25Config()).save(self._staging)
         (self._staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         if self.directory.exists():
             previous = self.directory.with_name(f".{self.directory.name}.old-{os.getpid()}")

@@ -43,7 +43,11 @@ def _count_documents(corpus: Path) -> int:
 
 
 def index_is_current(
-    directory: Path, corpus: Path, embedder: Embedder, chunking: ChunkingConfig
+    directory: Path,
+    corpus: Path,
+    embedder: Embedder,
+    chunking: ChunkingConfig,
+    lexical: bool = True,
 ) -> bool:
     """True when `directory` already holds an index of this corpus, embedder and chunking."""
     if not (directory / "manifest.json").is_file():
@@ -55,6 +59,7 @@ def index_is_current(
         and manifest.embedder == embedder.name
         and manifest.passage_tokens == chunking.passage_tokens
         and manifest.overlap_tokens == chunking.overlap_tokens
+        and manifest.lexical_index == ("bm25" if lexical else None)
     )
 
 
@@ -65,6 +70,7 @@ def build_index(
     *,
     chunking: ChunkingConfig | None = None,
     ann: AnnConfig | None = None,
+    lexical: bool = True,
     batch_size: int = 64,
     progress: bool = True,
     force: bool = False,
@@ -78,7 +84,7 @@ def build_index(
     ann = ann or AnnConfig()
     started_s = time.monotonic()
     embedder.warm_up()
-    if not force and index_is_current(out_dir, corpus, embedder, chunking):
+    if not force and index_is_current(out_dir, corpus, embedder, chunking, lexical):
         logger.info("index is current dir=%s", out_dir)
         return BuildReport(read_manifest(out_dir), 0, time.monotonic() - started_s, True)
     checksum = corpus_checksum(corpus)
@@ -112,6 +118,7 @@ def build_index(
             index_type=kind,
             nlist=ann.lists_for(writer.count) if kind == "ivf" else None,
             hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
+            lexical_index="bm25" if lexical else None,
         )
         writer.commit(manifest, ann)
     except BaseException:

@@ -1,4 +1,5 @@
-"""The dense retrieval stage: embed the query, search the index, each within a deadline."""
+"""The retrieval stage: embed the query, search dense and lexical indexes and fuse them, then
+rerank; each step within a deadline, on a bounded thread pool the stage owns."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from budget import Deadline
 from retrieval.ann import SearchDepth
+from retrieval.bm25_index import BM25Index
 from retrieval.embedder import Embedder, Vectors
-from retrieval.errors import RetrievalTimeoutError
+from retrieval.errors import RetrievalError, RetrievalTimeoutError
 from retrieval.faiss_index import FaissIndex
+from retrieval.fusion import FusionConfig, reciprocal_rank_fusion
 from retrieval.passage import ScoredPassage
 from retrieval.reranker import Reranker
 
 T = TypeVar("T")
+RetrievalMode = Literal["dense", "lexical", "hybrid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,7 @@ class Reranked:
     degraded: str | None = None
 
 
-class DenseRetriever:
+class Retriever:
     """Owns a bounded thread pool; blocking model and faiss calls never touch the event loop.
 
     A call that overruns its deadline raises `RetrievalTimeoutError`; the thread finishes its
@@ -48,11 +52,17 @@ class DenseRetriever:
         embedder: Embedder,
         index: FaissIndex,
         *,
+        lexical: BM25Index | None = None,
+        fusion: FusionConfig | None = None,
+        fusion_depth: int = 50,
         reranker: Reranker | None = None,
         max_workers: int = 2,
     ) -> None:
         self.embedder = embedder
         self.index = index
+        self.lexical = lexical
+        self.fusion = fusion or FusionConfig()
+        self.fusion_depth = fusion_depth
         self.reranker = reranker
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="retrieval")
 
@@ -70,10 +80,51 @@ class DenseRetriever:
     async def embed_query(self, query: str, deadline: Deadline) -> Timed[Vectors]:
         return await self._run("embed", deadline, lambda: self.embedder.encode([query]))
 
+    def modes(self) -> tuple[RetrievalMode, ...]:
+        return ("dense", "lexical", "hybrid") if self.lexical is not None else ("dense",)
+
     async def search(
-        self, vector: Vectors, k: int, deadline: Deadline, depth: SearchDepth | None = None
+        self,
+        query: str,
+        vector: Vectors | None,
+        k: int,
+        deadline: Deadline,
+        *,
+        depth: SearchDepth | None = None,
+        mode: RetrievalMode = "dense",
     ) -> Timed[list[ScoredPassage]]:
-        return await self._run("search", deadline, lambda: self.index.search(vector, k, depth)[0])
+        """The top `k` passages by dense score, BM25 score, or their rank fusion."""
+        if mode not in self.modes():
+            raise RetrievalError(f"retrieval mode {mode!r} needs a lexical index")
+        if mode != "lexical" and vector is None:
+            raise RetrievalError(f"retrieval mode {mode!r} needs the query vector")
+        return await self._run(
+            "search", deadline, lambda: self._search(query, vector, k, depth, mode)
+        )
+
+    def _search(
+        self,
+        query: str,
+        vector: Vectors | None,
+        k: int,
+        depth: SearchDepth | None,
+        mode: RetrievalMode,
+    ) -> list[ScoredPassage]:
+        depth_k = k if mode != "hybrid" else max(k, self.fusion_depth)
+        dense = self.index.search_rows(vector, depth_k, depth)[0] if vector is not None else []
+        lexical = self.lexical.search(query, depth_k) if self.lexical and mode != "dense" else []
+        if mode == "dense":
+            hits = dense[:k]
+        elif mode == "lexical":
+            hits = lexical[:k]
+        else:
+            hits = reciprocal_rank_fusion(
+                [[row for row, _ in dense], [row for row, _ in lexical]],
+                k=self.fusion.rrf_k,
+                weights=self.fusion.weights,
+                limit=k,
+            )
+        return [ScoredPassage(self.index.passage(row), score) for row, score in hits]
 
     async def rerank(
         self, query: str, candidates: list[ScoredPassage], top_n: int, deadline: Deadline

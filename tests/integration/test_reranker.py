@@ -19,7 +19,7 @@ from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
 from retrieval.faiss_index import FaissIndex, IndexManifest
 from retrieval.passage import Passage, ScoredPassage
 from retrieval.reranker import CrossEncoderReranker, RerankerConfig, load_reranker
-from retrieval.retriever import DenseRetriever
+from retrieval.retriever import Retriever
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.fakes.hash_embedder import HashEmbedder
 from tests.integration.conftest import ServiceFactory
@@ -72,7 +72,7 @@ async def test_rerank_degrades_to_retrieval_order_when_time_runs_out(
 ) -> None:
     reranker = CrossEncoderReranker(str(fresh_cross_encoder), RerankerConfig())
     reranker.warm_up()
-    retriever = DenseRetriever(HashEmbedder(), _index(), reranker=reranker)
+    retriever = Retriever(HashEmbedder(), _index(), reranker=reranker)
     candidates = _candidates(100)
     spent = Deadline.after_ms(1)
     await asyncio.sleep(0.01)

@@ -8,70 +8,24 @@ floor sits 0.05 below: a tokenizer or index that is broken scores far lower.
 
 from __future__ import annotations
 
-import csv
-import json
 import statistics
-from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from retrieval.bm25_index import BM25Config, BM25Index
-from retrieval.corpus import Document, read_corpus
-from tests.support import SHARED_DATA
+from tests.scifact import Subset, load_subset
 
 pytestmark = pytest.mark.integration
 
-SCIFACT = SHARED_DATA / "scifact"
 QUERY_COUNT = 150
 OTHER_DOCUMENTS = 1350
 RECALL_AT_10_FLOOR = 0.815
 
 
-@dataclass(frozen=True, slots=True)
-class Subset:
-    documents: list[Document]
-    queries: dict[str, str]
-    qrels: dict[str, set[str]]
-
-
-def _read_qrels(path: Path) -> dict[str, set[str]]:
-    qrels: dict[str, set[str]] = defaultdict(set)
-    with path.open(encoding="utf-8", newline="") as rows:
-        for row in csv.DictReader(rows, delimiter="\t"):
-            if int(row["score"]) > 0:
-                qrels[row["query-id"]].add(row["corpus-id"])
-    return qrels
-
-
-def _first_queries(path: Path, qrels: dict[str, set[str]], count: int) -> dict[str, str]:
-    queries: dict[str, str] = {}
-    with path.open(encoding="utf-8") as lines:
-        for line in lines:
-            record = json.loads(line)
-            if record["_id"] in qrels:
-                queries[record["_id"]] = record["text"]
-                if len(queries) == count:
-                    break
-    return queries
-
-
 @pytest.fixture(scope="module")
 def subset() -> Subset:
-    all_qrels = _read_qrels(SCIFACT / "qrels" / "train.tsv")
-    queries = _first_queries(SCIFACT / "queries.train.jsonl", all_qrels, QUERY_COUNT)
-    qrels = {query_id: all_qrels[query_id] for query_id in queries}
-    relevant = set().union(*qrels.values())
-    documents: list[Document] = []
-    others = 0
-    for document in read_corpus(SCIFACT / "corpus.jsonl"):
-        if document.doc_id in relevant:
-            documents.append(document)
-        elif others < OTHER_DOCUMENTS:
-            documents.append(document)
-            others += 1
-    return Subset(documents, queries, qrels)
+    return load_subset(QUERY_COUNT, OTHER_DOCUMENTS)
 
 
 def recall_at(index: BM25Index, subset: Subset, k: int) -> float:
