@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,15 +18,12 @@ import faiss
 import numpy as np
 
 from retrieval.ann import (
-    AnnConfig,
     IndexKind,
     SearchDepth,
-    build_search_index,
     maybe_to_gpu,
     search_parameters,
 )
-from retrieval.bm25_index import BM25Config, BM25Index
-from retrieval.embedder import Vectors, passage_embedding_text
+from retrieval.embedder import Vectors
 from retrieval.errors import IndexMismatchError, IndexNotFoundError, RetrievalError
 from retrieval.passage import Passage, ScoredPassage
 
@@ -204,47 +199,3 @@ def read_passages(path: Path) -> Iterable[Passage]:
     with path.open("r", encoding="utf-8") as lines:
         for line in lines:
             yield Passage(**json.loads(line))
-
-
-class IndexWriter:
-    """Writes an index directory incrementally; it appears at `directory` only on `commit`."""
-
-    def __init__(self, directory: Path, dimension: int) -> None:
-        self.directory = directory
-        self._staging = directory.with_name(f".{directory.name}.building-{os.getpid()}")
-        shutil.rmtree(self._staging, ignore_errors=True)
-        self._staging.mkdir(parents=True)
-        self._index = faiss.IndexFlatIP(dimension)
-        self._passages_file = (self._staging / PASSAGES_FILE).open("w", encoding="utf-8")
-        self.count = 0
-
-    def add(self, passages: Sequence[Passage], vectors: Vectors) -> None:
-        if len(passages) != vectors.shape[0]:
-            raise ValueError("one vector per passage")
-        self._index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-        for passage in passages:
-            self._passages_file.write(passage_to_json(passage) + "\n")
-        self.count += len(passages)
-
-    def commit(self, manifest: IndexManifest, ann: AnnConfig) -> None:
-        """Build the manifest's kind of index from the vectors added, then swap it in."""
-        self._passages_file.close()
-        index = build_search_index(self._index, manifest.index_type, ann)
-        faiss.write_index(index, str(self._staging / INDEX_FILE))
-        if manifest.lexical_index == "bm25":
-            texts = [
-                passage_embedding_text(p) for p in read_passages(self._staging / PASSAGES_FILE)
-            ]
-            BM25Index.build(texts, BM25Config()).save(self._staging)
-        (self._staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-        if self.directory.exists():
-            previous = self.directory.with_name(f".{self.directory.name}.old-{os.getpid()}")
-            self.directory.rename(previous)
-            self._staging.rename(self.directory)
-            shutil.rmtree(previous, ignore_errors=True)
-        else:
-            self._staging.rename(self.directory)
-
-    def abort(self) -> None:
-        self._passages_file.close()
-        shutil.rmtree(self._staging, ignore_errors=True)

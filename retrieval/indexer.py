@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +16,14 @@ from tqdm import tqdm
 from retrieval.ann import AnnConfig
 from retrieval.corpus import corpus_checksum, read_corpus
 from retrieval.embedder import Embedder, passage_embedding_text
-from retrieval.faiss_index import FORMAT_VERSION, IndexManifest, IndexWriter, read_manifest
+from retrieval.errors import RetrievalError
+from retrieval.faiss_index import FORMAT_VERSION, IndexManifest, read_manifest
+from retrieval.index_writer import IndexWriter
 from retrieval.passage import ChunkingConfig, Passage, split_document
 
 logger = logging.getLogger(__name__)
+
+CHECKPOINT_PASSAGES = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,72 @@ def index_is_current(
     )
 
 
+def _build_key(checksum: str, embedder: Embedder, chunking: ChunkingConfig) -> str:
+    """What a staging folder was built for; a resumed build must match it exactly."""
+    identity = [
+        FORMAT_VERSION,
+        checksum,
+        embedder.name,
+        embedder.dimension,
+        chunking.passage_tokens,
+        chunking.overlap_tokens,
+    ]
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+
+def _embed_corpus(
+    corpus: Path,
+    writer: IndexWriter,
+    embedder: Embedder,
+    chunking: ChunkingConfig,
+    batch_size: int,
+    total_documents: int,
+    progress: bool,
+) -> int:
+    """Embed the documents the writer does not hold yet, checkpointing whole documents.
+
+    Returns how many documents this call embedded.
+    """
+    skip = writer.resumed.documents
+    # (documents split so far, passages they made), in order; consumed by checkpoints.
+    split: deque[tuple[int, int]] = deque()
+    bar = tqdm(
+        total=total_documents, initial=skip, unit="doc", desc="indexing", disable=not progress
+    )
+
+    def passages() -> Iterator[Passage]:
+        produced = writer.count
+        for number, document in enumerate(read_corpus(corpus), start=1):
+            if number <= skip:
+                continue
+            for passage in split_document(document, embedder, chunking):
+                produced += 1
+                yield passage
+            split.append((number, produced))
+            bar.update(1)
+
+    checkpointed = writer.count
+    with bar:
+        for batch in _batches(passages(), batch_size):
+            texts = [passage_embedding_text(passage) for passage in batch]
+            writer.add(batch, embedder.encode(texts, batch_size=batch_size))
+            bar.set_postfix(passages=writer.count, refresh=False)
+            if writer.count - checkpointed >= CHECKPOINT_PASSAGES:
+                checkpointed = _checkpoint(writer, split, checkpointed)
+    return total_documents - skip
+
+
+def _checkpoint(writer: IndexWriter, split: deque[tuple[int, int]], previous: int) -> int:
+    """Checkpoint the whole documents whose passages are all written; return their passages."""
+    done: tuple[int, int] | None = None
+    while split and split[0][1] <= writer.count:
+        done = split.popleft()
+    if done is None:
+        return previous
+    writer.checkpoint(*done)
+    return done[1]
+
+
 def build_index(
     corpus: Path,
     out_dir: Path,
@@ -89,23 +162,16 @@ def build_index(
         return BuildReport(read_manifest(out_dir), 0, time.monotonic() - started_s, True)
     checksum = corpus_checksum(corpus)
     total_documents = _count_documents(corpus)
-    writer = IndexWriter(out_dir, embedder.dimension)
-    documents = 0
+    if total_documents == 0:
+        raise RetrievalError(f"{corpus} holds no documents")
+    key = _build_key(checksum, embedder, chunking)
+    writer = IndexWriter(out_dir, embedder.dimension, key)
     try:
-        bar = tqdm(total=total_documents, unit="doc", desc="indexing", disable=not progress)
-        with bar:
-
-            def passages() -> Iterator[Passage]:
-                nonlocal documents
-                for document in read_corpus(corpus):
-                    yield from split_document(document, embedder, chunking)
-                    documents += 1
-                    bar.update(1)
-
-            for batch in _batches(passages(), batch_size):
-                texts = [passage_embedding_text(passage) for passage in batch]
-                writer.add(batch, embedder.encode(texts, batch_size=batch_size))
-                bar.set_postfix(passages=writer.count, refresh=False)
+        documents = _embed_corpus(
+            corpus, writer, embedder, chunking, batch_size, total_documents, progress
+        )
+        if writer.count == 0:
+            raise RetrievalError(f"{corpus} holds no text to index")
         kind = ann.resolve(writer.count)
         manifest = IndexManifest(
             embedder=embedder.name,
@@ -122,7 +188,7 @@ def build_index(
         )
         writer.commit(manifest, ann)
     except BaseException:
-        writer.abort()
+        writer.close()
         raise
     seconds = time.monotonic() - started_s
     logger.info("index built dir=%s passages=%d seconds=%.1f", out_dir, writer.count, seconds)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from retrieval.ann import AnnConfig, SearchDepth
-from retrieval.faiss_index import FaissIndex, IndexManifest, IndexWriter
+from retrieval.faiss_index import FaissIndex, IndexManifest
+from retrieval.index_writer import IndexWriter
 from retrieval.passage import Passage
 
 DIMENSION = 32
@@ -27,7 +28,7 @@ def _vectors(count: int, seed: int) -> np.ndarray:
 def _build(tmp_path: Path, kind: str, **ann: object) -> FaissIndex:
     config = AnnConfig(kind=kind, **ann)  # type: ignore[arg-type]
     vectors = _vectors(COUNT, seed=1)
-    writer = IndexWriter(tmp_path / kind, DIMENSION)
+    writer = IndexWriter(tmp_path / kind, DIMENSION, key=kind)
     passages = [Passage(f"d{i}#0", f"d{i}", 0, "", f"text {i}", 0, 6) for i in range(COUNT)]
     for start in range(0, COUNT, 500):
         writer.add(passages[start : start + 500], vectors[start : start + 500])

@@ -1,12 +1,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from retrieval import indexer
 from retrieval.corpus import corpus_checksum
-from retrieval.errors import CorpusFormatError, IndexMismatchError, IndexNotFoundError
+from retrieval.embedder import Vectors
+from retrieval.errors import (
+    CorpusFormatError,
+    IndexMismatchError,
+    IndexNotFoundError,
+    RetrievalError,
+)
 from retrieval.faiss_index import FaissIndex, read_manifest
 from retrieval.indexer import build_index
 from retrieval.passage import ChunkingConfig
@@ -57,7 +65,7 @@ def test_rerun_keeps_a_current_index_and_rebuilds_a_changed_one(
     changed = build_index(corpus, tmp_path / "idx", embedder, progress=False)
     assert not changed.reused
     assert changed.manifest.passage_count == first.manifest.passage_count + 1
-    assert not list(tmp_path.glob(".idx.*")), "staging folders are cleaned up"
+    assert not list(tmp_path.glob(".idx.*")), "a committed build leaves no staging folder"
 
 
 def test_load_refuses_mismatches(corpus: Path, tmp_path: Path) -> None:
@@ -99,15 +107,94 @@ def test_failed_build_leaves_no_index(corpus: Path, tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".idx.*"))
 
 
-class FailingEmbedder(HashEmbedder):
-    def encode(self, texts, *, batch_size=32):  # type: ignore[no-untyped-def]
-        raise RuntimeError("embedder crashed")
+class FlakyEmbedder(HashEmbedder):
+    """Counts what it embeds; raises once `fail_after` texts have been embedded."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        super().__init__()
+        self.fail_after = fail_after
+        self.embedded = 0
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
+        if self.fail_after is not None and self.embedded + len(texts) > self.fail_after:
+            raise RuntimeError("embedder crashed")
+        self.embedded += len(texts)
+        return super().encode(texts, batch_size=batch_size)
+
+
+def _big_corpus(tmp_path: Path, documents: int) -> Path:
+    path = tmp_path / "big.jsonl"
+    with path.open("w") as out:
+        for n in range(documents):
+            words = " ".join(f"w{n}x{i}" for i in range(25))
+            out.write(json.dumps({"_id": f"doc{n}", "title": f"T{n}", "text": words}) + "\n")
+    return path
 
 
 def test_crash_mid_build_keeps_the_previous_index(corpus: Path, tmp_path: Path) -> None:
     build_index(corpus, tmp_path / "idx", HashEmbedder(), progress=False)
     before = (tmp_path / "idx" / "manifest.json").read_text()
     with pytest.raises(RuntimeError, match="embedder crashed"):
-        build_index(corpus, tmp_path / "idx", FailingEmbedder(), progress=False, force=True)
+        build_index(corpus, tmp_path / "idx", FlakyEmbedder(0), progress=False, force=True)
     assert (tmp_path / "idx" / "manifest.json").read_text() == before
-    assert not list(tmp_path.glob(".idx.*"))
+
+
+def test_an_interrupted_build_resumes_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexer, "CHECKPOINT_PASSAGES", 100)
+    corpus = _big_corpus(tmp_path, 600)
+    chunking = ChunkingConfig(10, 2)  # 25 words -> 3 passages per document
+    crashing = FlakyEmbedder(fail_after=1_000)
+    with pytest.raises(RuntimeError, match="embedder crashed"):
+        build_index(
+            corpus, tmp_path / "idx", crashing, chunking=chunking, batch_size=64, progress=False
+        )
+    assert not (tmp_path / "idx").exists()
+    assert (tmp_path / ".idx.building" / "progress.json").is_file()
+    resumed = FlakyEmbedder()
+    report = build_index(
+        corpus, tmp_path / "idx", resumed, chunking=chunking, batch_size=64, progress=False
+    )
+    total = report.manifest.passage_count
+    assert total == 1_800
+    # Redone at most: what came after the last checkpoint (100 passages) and one batch (64).
+    assert crashing.embedded >= 900
+    assert resumed.embedded <= total - crashing.embedded + 100 + 64, "finished work is redone"
+    assert report.documents < 600
+    clean = build_index(
+        corpus, tmp_path / "clean", HashEmbedder(), chunking=chunking, progress=False
+    )
+    read = FaissIndex.load(tmp_path / "idx", embedder="test/hash-embedder", dimension=64)
+    reference = FaissIndex.load(tmp_path / "clean", embedder="test/hash-embedder", dimension=64)
+    assert [read.passage(i) for i in range(total)] == [reference.passage(i) for i in range(total)]
+    query = HashEmbedder().encode(["w599x3 w17x4"])
+    assert read.search(query, 5) == reference.search(query, 5)
+    assert clean.manifest == report.manifest
+    assert not (tmp_path / ".idx.building").exists()
+
+
+def test_a_changed_corpus_does_not_resume_a_stale_build(tmp_path: Path) -> None:
+    corpus = _big_corpus(tmp_path, 50)
+    with pytest.raises(RuntimeError):
+        build_index(corpus, tmp_path / "idx", FlakyEmbedder(10), progress=False)
+    with corpus.open("a") as out:
+        out.write(json.dumps({"_id": "late", "title": "", "text": "late words"}) + "\n")
+    fresh = FlakyEmbedder()
+    report = build_index(corpus, tmp_path / "idx", fresh, progress=False)
+    assert fresh.embedded == report.manifest.passage_count
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"])
+def test_an_empty_corpus_is_refused(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    with pytest.raises(RetrievalError, match="holds no documents"):
+        build_index(path, tmp_path / "idx", HashEmbedder(), progress=False)
+
+
+def test_a_corpus_without_text_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "blank.jsonl"
+    path.write_text(json.dumps({"_id": "a", "title": "", "text": "   "}) + "\n")
+    with pytest.raises(RetrievalError, match="holds no text"):
+        build_index(path, tmp_path / "idx", HashEmbedder(), progress=False)
