@@ -71,7 +71,7 @@ def _grow(vectors: Matrix, size: int, seed: int = 0) -> Matrix:
     second = vectors[rng.integers(0, len(vectors), size=extra)]
     share = np.asarray(rng.uniform(0.3, 0.7, size=(extra, 1)), dtype=np.float32)
     blend = share * first + (1 - share) * second
-    blend += rng.normal(scale=0.02, size=blend.shape).astype(np.float32)
+    blend += np.asarray(rng.normal(scale=0.02, size=blend.shape), dtype=np.float32)
     blend /= np.linalg.norm(blend, axis=1, keepdims=True)
     return np.ascontiguousarray(np.vstack([vectors, blend]).astype(np.float32))
 
