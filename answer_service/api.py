@@ -21,16 +21,15 @@ from starlette.background import BackgroundTask
 
 from answer_service.components import Components
 from answer_service.errors import InvalidRequestError, NotReadyError, ServiceError
-from answer_service.pipeline import (
-    AnswerPipeline,
+from answer_service.events import (
     AnswerRequest,
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
-    PreparedAnswer,
     SourcesEvent,
     TokenEvent,
 )
+from answer_service.pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.schemas import (
     AnswerBody,
     AnswerOut,

@@ -25,6 +25,18 @@ from answer_service.errors import (
     UpstreamError,
     UpstreamUnavailableError,
 )
+from answer_service.events import (
+    AnswerRequest,
+    AnswerStats,
+    DoneEvent,
+    ErrorEvent,
+    PipelineEvent,
+    Retrieved,
+    Source,
+    SourcesEvent,
+    StageTimings,
+    TokenEvent,
+)
 from budget import Deadline
 from generation.errors import (
     GenerationError,
@@ -49,6 +61,12 @@ from retrieval.retriever import Reranked, RetrievalMode, Retriever, Timed
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "AnswerPipeline",
+    "PipelineConfig",
+    "PreparedAnswer",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineConfig:
@@ -66,81 +84,6 @@ class PipelineConfig:
     search_depth: SearchDepth | None = None
     rerank_candidates: int = 20
     retrieval_mode: RetrievalMode = "hybrid"
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerRequest:
-    query: str
-    ttft_budget_ms: int
-    top_k: int
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    number: int
-    passage_id: str
-    doc_id: str
-    title: str
-    score: float
-    snippet: str
-
-
-@dataclass(frozen=True, slots=True)
-class StageTimings:
-    embed_ms: float = 0.0
-    search_ms: float = 0.0
-    rerank_ms: float = 0.0
-    prompt_ms: float = 0.0
-    generate_ms: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerStats:
-    trace_id: str
-    outcome: str
-    ttft_ms: float | None
-    ttft_budget_ms: int
-    within_budget: bool
-    stages: StageTimings
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    finish_reason: str
-    passages_in_prompt: int
-    passages_dropped: int
-    degraded: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Retrieved:
-    passages: list[ScoredPassage]
-    timings: StageTimings
-    degraded: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SourcesEvent:
-    sources: tuple[Source, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorEvent:
-    stage: str
-    code: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class DoneEvent:
-    stats: AnswerStats
-
-
-PipelineEvent = SourcesEvent | TokenEvent | ErrorEvent | DoneEvent
 
 
 @dataclass(slots=True)

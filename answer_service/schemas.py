@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from answer_service.pipeline import AnswerStats, ErrorEvent, Source
+from answer_service.events import AnswerStats, ErrorEvent, Source
 
 
 class AnswerBody(BaseModel):
