@@ -1,7 +1,7 @@
 """Errors raised by `retrieval/`.
 
     RetrievalError                 base of everything below
-    ├── CorpusFormatError          a corpus line is not a valid document (carries its line number)
+    ├── CorpusFormatError          a line of a corpus, queries or qrels file is invalid (with its number)
     ├── IndexNotFoundError         no index (or no manifest) in the given directory
     ├── IndexMismatchError         the saved index does not match the embedder or corpus in use
     └── RetrievalTimeoutError      a stage could not finish before its deadline

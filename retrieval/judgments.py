@@ -1,0 +1,70 @@
+"""Relevance judgments in the BEIR layout: queries (JSONL `_id`, `text`) and qrels (TSV with
+the header `query-id corpus-id score`). Bad lines are refused with their line number."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from retrieval.errors import CorpusFormatError
+
+QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    query_id: str
+    text: str
+
+
+def read_queries(path: Path) -> list[Query]:
+    queries: list[Query] = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusFormatError(path, line_no, f"not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise CorpusFormatError(path, line_no, "expected a JSON object")
+            query_id, text = record.get("_id"), record.get("text")
+            if not isinstance(query_id, str) or not query_id:
+                raise CorpusFormatError(path, line_no, "`_id` must be a non-empty string")
+            if not isinstance(text, str) or not text.strip():
+                raise CorpusFormatError(path, line_no, "`text` must be a non-empty string")
+            if query_id in seen:
+                raise CorpusFormatError(path, line_no, f"duplicate `_id` {query_id!r}")
+            seen.add(query_id)
+            queries.append(Query(query_id, text))
+    return queries
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """{query id: {document id: grade}}, grades as given (> 0 means relevant)."""
+    qrels: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8") as lines:
+        header = next(lines, "").rstrip("\n").split("\t")
+        if tuple(header) != QRELS_HEADER:
+            raise CorpusFormatError(
+                path, 1, f"expected the header {' '.join(QRELS_HEADER)!r} (tab-separated)"
+            )
+        for line_no, line in enumerate(lines, start=2):
+            if not line.strip():
+                continue
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 3:
+                raise CorpusFormatError(
+                    path, line_no, f"expected 3 tab-separated fields, got {len(fields)}"
+                )
+            query_id, doc_id, grade = fields
+            try:
+                qrels.setdefault(query_id, {})[doc_id] = int(grade)
+            except ValueError as exc:
+                raise CorpusFormatError(
+                    path, line_no, f"score {grade!r} is not an integer"
+                ) from exc
+    return qrels
