@@ -20,7 +20,12 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from starlette.background import BackgroundTask
 
 from answer_service.components import Components
-from answer_service.errors import InvalidRequestError, NotReadyError, ServiceError
+from answer_service.errors import (
+    InvalidRequestError,
+    NotReadyError,
+    ServiceError,
+    StageTimeoutError,
+)
 from answer_service.events import (
     AnswerRequest,
     DoneEvent,
@@ -36,13 +41,19 @@ from answer_service.schemas import (
     DonePayload,
     ErrorPayload,
     ErrorResponse,
+    ModesOut,
     ReadyOut,
+    RetrieveBody,
+    RetrievedOut,
+    RetrieveOut,
     SourceOut,
     SourcesPayload,
     TokenPayload,
 )
 from answer_service.settings import Settings
 from budget import Deadline
+from retrieval.errors import RetrievalTimeoutError
+from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +204,55 @@ async def answer(body: AnswerBody, components: ComponentsDep, http_request: Requ
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         background=BackgroundTask(release),
     )
+
+
+def _retriever(components: Components) -> Retriever:
+    if components.retriever is None:
+        reason = components.warm_up_error or "warming up"
+        raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
+    return components.retriever
+
+
+@router.get("/v1/retrieve/modes", response_model=ModesOut)
+async def retrieve_modes(components: ComponentsDep) -> ModesOut:
+    return ModesOut(modes=list(_retriever(components).modes()))
+
+
+@router.post("/v1/retrieve", response_model=RetrieveOut, responses={422: {"model": ErrorResponse}})
+async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut:
+    """The retrieval stage alone: ranked passages for a query, in one mode."""
+    retriever = _retriever(components)
+    settings = components.settings
+    query = body.query.strip()
+    if not query:
+        raise InvalidRequestError("`query` must contain non-whitespace text")
+    if body.top_k > settings.max_retrieve_k:
+        raise InvalidRequestError(
+            f"`top_k` is {body.top_k}; the limit is {settings.max_retrieve_k}"
+        )
+    mode = body.mode or settings.retrieval_mode
+    if mode not in retriever.modes():
+        raise InvalidRequestError(f"the index offers no {mode!r} retrieval: {retriever.modes()}")
+    deadline = Deadline.after_ms(settings.default_ttft_budget_ms * settings.ttft_timeout_factor)
+    try:
+        vector = None if mode == "lexical" else await retriever.embed_query(query, deadline)
+        found = await retriever.search(
+            query, vector.value if vector else None, body.top_k, deadline, mode=mode
+        )
+    except RetrievalTimeoutError as exc:
+        raise StageTimeoutError(str(exc)) from exc
+    passages = [
+        RetrievedOut(
+            id=p.passage.passage_id,
+            doc_id=p.passage.doc_id,
+            title=p.passage.title,
+            score=p.score,
+            text=p.passage.text,
+        )
+        for p in found.value
+    ]
+    timings = {"embed": vector.elapsed_ms if vector else 0.0, "search": found.elapsed_ms}
+    return RetrieveOut(mode=mode, passages=passages, timings_ms=timings)
 
 
 @router.get("/v1/traces")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from answer_service.events import AnswerStats, ErrorEvent, Source
@@ -18,6 +20,34 @@ class AnswerBody(BaseModel):
     )
     top_k: StrictInt | None = Field(default=None, ge=1, description="Passages to retrieve.")
     stream: StrictBool = Field(default=True, description="Server-Sent Events, or one JSON object.")
+
+
+class RetrieveBody(BaseModel):
+    """`POST /v1/retrieve`: the retrieval stage alone (for evaluation and debugging)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: StrictStr = Field(min_length=1, max_length=100_000)
+    top_k: StrictInt = Field(default=10, ge=1)
+    mode: Literal["dense", "lexical", "hybrid"] | None = None
+
+
+class RetrievedOut(BaseModel):
+    id: str
+    doc_id: str
+    title: str
+    score: float
+    text: str
+
+
+class RetrieveOut(BaseModel):
+    mode: str
+    passages: list[RetrievedOut]
+    timings_ms: dict[str, float]
+
+
+class ModesOut(BaseModel):
+    modes: list[str]
 
 
 class SourceOut(BaseModel):

@@ -63,6 +63,7 @@ class Settings(BaseSettings):
 
     default_top_k: int = Field(default=5, ge=1)
     max_top_k: int = Field(default=20, ge=1)
+    max_retrieve_k: int = Field(default=200, ge=1)
     max_query_chars: int = Field(default=2000, ge=1)
     snippet_chars: int = Field(default=300, ge=0)
 
