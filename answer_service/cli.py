@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from answer_service.reranker_cli import add_reranker_commands
 from answer_service.settings import DEFAULT_SGLANG_PORT, Settings
 from generation.sglang_server import (
     SGLangServer,
@@ -181,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--question", default="How do I build an index without locking out writes?")
     demo.add_argument("--down", action="store_true", help="stop what the demo started")
     demo.set_defaults(run=_demo)
+    add_reranker_commands(commands)
     return parser
 
 

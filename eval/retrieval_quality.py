@@ -15,8 +15,8 @@ from tqdm import tqdm
 
 from budget import Deadline
 from eval.checkpoint import RunCheckpoint
-from eval.metrics import score_run
 from retrieval.judgments import Query
+from retrieval.relevance import score_run
 from retrieval.retriever import RetrievalMode, Retriever
 
 _PER_QUERY_BUDGET_MS = 60_000

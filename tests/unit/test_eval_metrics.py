@@ -1,4 +1,4 @@
-"""Ranking metrics against hand-computed cases."""
+"""The four retrieval measures of `answer-eval retrieval`, against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval.metrics import score_run
+from retrieval.relevance import score_run
 
 QRELS = {"q1": {"a": 1, "b": 1, "x": 0}, "q2": {"c": 1}, "q3": {"z": 0}}
 
