@@ -264,8 +264,14 @@ class SGLangClient:
         task.add_done_callback(self._background.discard)
 
     async def health(self, timeout_s: float = 2.0) -> bool:
+        """Whether the server takes requests. `/ready` answers at once; `/health` (servers
+        without `/ready`) generates one token and takes at least a second in SGLang 0.5."""
         try:
-            response = await self._http.get(f"{self.base_url}/health", timeout=timeout_s)
+            response = await self._http.get(f"{self.base_url}/ready", timeout=timeout_s)
+            if response.status_code == 404:
+                response = await self._http.get(
+                    f"{self.base_url}/health", timeout=max(timeout_s, 5.0)
+                )
         except httpx.HTTPError:
             return False
         return response.status_code == 200
