@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retrieval.embedder import DEFAULT_EMBEDDER
@@ -69,6 +69,15 @@ class Settings(BaseSettings):
 
     record_content: bool = False
     recent_traces: int = Field(default=500, ge=1)
+
+    @field_validator("reranker_model", "tokenizer", mode="before")
+    @classmethod
+    def _empty_means_none(cls, value: object) -> object:
+        """`ANSWER_RERANKER_MODEL=` (or `none`) in the environment turns the option off."""
+        if isinstance(value, str) and value.strip().lower() in ("", "none"):
+            return None
+        return value
+
     otel_exporter_otlp_endpoint: str | None = Field(
         default=None,
         validation_alias=AliasChoices(

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from answer_service.settings import Settings
+
+
+@pytest.mark.parametrize("value", ["", "none", "None"])
+def test_an_empty_reranker_turns_the_stage_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("ANSWER_RERANKER_MODEL", value)
+    assert Settings().reranker_model is None
+
+
+def test_environment_and_otel_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANSWER_DEFAULT_TTFT_BUDGET_MS", "1500")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    settings = Settings()
+    assert settings.default_ttft_budget_ms == 1500
+    assert settings.otel_exporter_otlp_endpoint == "http://collector:4318"
+    assert settings.reranker_model == "cross-encoder/ms-marco-MiniLM-L6-v2"
+
+
+def test_a_mistyped_override_is_refused() -> None:
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        Settings(reranker_modle="x")  # type: ignore[call-arg]
+
+
+def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANSWER_DEFAULT_TTFT_BUDGET_MS", "0")
+    with pytest.raises(ValidationError, match="default_ttft_budget_ms"):
+        Settings()
