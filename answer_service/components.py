@@ -21,10 +21,8 @@ from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
 from retrieval.ann import SearchDepth
-from retrieval.bm25_index import BM25Index
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
-from retrieval.faiss_index import FaissIndex
 from retrieval.fusion import FusionConfig
 from retrieval.reranker import RerankerConfig, load_reranker
 from retrieval.retriever import Retriever
@@ -76,28 +74,17 @@ class Components:
             embedder = SentenceTransformerEmbedder(
                 EmbedderConfig(model=settings.embedder_model, device=settings.device)
             )
-            await asyncio.to_thread(embedder.warm_up)
-            index = await asyncio.to_thread(
-                FaissIndex.load,
-                settings.index_dir,
-                embedder=embedder.name,
-                dimension=embedder.dimension,
-                device=settings.device,
+            fusion = FusionConfig(
+                rrf_k=settings.rrf_k,
+                dense_weight=settings.dense_weight,
+                lexical_weight=settings.lexical_weight,
             )
-            # Warm the query path once, so the first request does not pay for lazy set-up.
-            await asyncio.to_thread(lambda: index.search(embedder.encode(["warm-up"]), 1))
-            lexical = None
-            if index.manifest.lexical_index == "bm25":
-                lexical = await asyncio.to_thread(BM25Index.load, settings.index_dir, len(index))
-            self.retriever = Retriever(
+            self.retriever = await asyncio.to_thread(
+                Retriever.open,
+                settings.index_dir,
                 embedder,
-                index,
-                lexical=lexical,
-                fusion=FusionConfig(
-                    rrf_k=settings.rrf_k,
-                    dense_weight=settings.dense_weight,
-                    lexical_weight=settings.lexical_weight,
-                ),
+                device=settings.device,
+                fusion=fusion,
                 max_workers=settings.retrieval_workers,
             )
             tokenizer = settings.tokenizer or await self._served_model()
@@ -115,7 +102,9 @@ class Components:
             self.provider.get_tracer("answer_service"),
             _pipeline_config(settings, self.served_model),
         )
-        logger.info("warm-up finished passages=%d model=%s", len(index), self.served_model)
+        logger.info(
+            "warm-up finished passages=%d model=%s", len(self.retriever.index), self.served_model
+        )
         self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
 
     async def _load_reranker(self) -> None:

@@ -357,8 +357,7 @@ class AnswerPipeline:
             span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)
             if reranked.degraded is not None:
                 span.set_attribute("answer.degraded", reranked.degraded)
-        result: Reranked = reranked
-        return result
+        return reranked
 
     async def _build_prompt(self, question: str, scored: list[ScoredPassage]) -> Prompt:
         passages = [

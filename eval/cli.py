@@ -19,11 +19,9 @@ import httpx
 
 from eval.checkpoint import RunCheckpoint
 from eval.retrieval_quality import HttpRanking, InProcessRanking, evaluate_retrieval
-from retrieval.bm25_index import BM25Index
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
-from retrieval.faiss_index import FaissIndex
 from retrieval.indexer import build_index
 from retrieval.judgments import read_qrels, read_queries
 from retrieval.retriever import Retriever
@@ -80,14 +78,7 @@ def _open_retriever(args: argparse.Namespace) -> Retriever:
     )
     if args.index is None or not (index_dir / "manifest.json").is_file():
         build_index(args.corpus, index_dir, embedder)
-    embedder.warm_up()
-    index = FaissIndex.load(
-        index_dir, embedder=embedder.name, dimension=embedder.dimension, corpus_checksum=checksum
-    )
-    lexical = None
-    if index.manifest.lexical_index == "bm25":
-        lexical = BM25Index.load(index_dir, len(index))
-    return Retriever(embedder, index, lexical=lexical)
+    return Retriever.open(index_dir, embedder, corpus_checksum=checksum)
 
 
 async def _retrieval(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -207,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     costs += rerank_costs(fresh_cross_encoder(args.reranker), args.runs)
     result = {
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "faiss": faiss.__version__,
         "index": {
             "dir": str(args.index),

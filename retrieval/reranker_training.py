@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from budget import Deadline
-from retrieval.bm25_index import BM25Index
 from retrieval.embedder import (
     DEFAULT_EMBEDDER,
     EmbedderConfig,
@@ -194,13 +193,11 @@ def mine_examples(
 
 
 def open_retriever(index_dir: Path) -> Retriever:
-    """The index's own embedder, faiss index and (when built) BM25 index, as the service has."""
+    """The index with its own embedder, as the service would open it."""
     manifest = read_manifest(index_dir)
-    embedder = SentenceTransformerEmbedder(EmbedderConfig(model=manifest.embedder))
-    embedder.warm_up()
-    index = FaissIndex.load(index_dir, embedder=embedder.name, dimension=embedder.dimension)
-    lexical = BM25Index.load(index_dir, len(index)) if manifest.lexical_index == "bm25" else None
-    return Retriever(embedder, index, lexical=lexical)
+    return Retriever.open(
+        index_dir, SentenceTransformerEmbedder(EmbedderConfig(model=manifest.embedder))
+    )
 
 
 def retrieve_candidates(

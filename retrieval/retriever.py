@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
 from budget import Deadline
@@ -79,6 +80,33 @@ class Retriever:
 
     async def embed_query(self, query: str, deadline: Deadline) -> Timed[Vectors]:
         return await self._run("embed", deadline, lambda: self.embedder.encode([query]))
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        embedder: Embedder,
+        *,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
+        corpus_checksum: str | None = None,
+        fusion: FusionConfig | None = None,
+        max_workers: int = 2,
+    ) -> Retriever:
+        """An index directory's faiss index and (when built) BM25 index, checked against
+        `embedder` (and the corpus, when given), with the query path warmed once. Blocking."""
+        embedder.warm_up()
+        index = FaissIndex.load(
+            directory,
+            embedder=embedder.name,
+            dimension=embedder.dimension,
+            corpus_checksum=corpus_checksum,
+            device=device,
+        )
+        lexical = None
+        if index.manifest.lexical_index == "bm25":
+            lexical = BM25Index.load(directory, len(index))
+        index.search(embedder.encode(["warm-up"]), 1)
+        return cls(embedder, index, lexical=lexical, fusion=fusion, max_workers=max_workers)
 
     def modes(self) -> tuple[RetrievalMode, ...]:
         return ("dense", "lexical", "hybrid") if self.lexical is not None else ("dense",)
