@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from answer_service.components import Components
+from answer_service.errors import ServiceError
+from answer_service.settings import Settings
+from eval.answer_quality import (
+    HttpAnswering,
+    InProcessAnswering,
+    collect_answers,
+    read_questions,
+    score_answers,
+)
 from eval.checkpoint import RunCheckpoint
+from eval.load_cli import add_load_command
+from eval.results import write_result as _write
 from eval.retrieval_quality import HttpRanking, InProcessRanking, evaluate_retrieval
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransformerEmbedder
@@ -28,57 +39,23 @@ from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
-_PACKAGES = (
-    "answer-service",
-    "faiss-cpu",
-    "sentence-transformers",
-    "torch",
-    "bm25s",
-    "ir-measures",
-    "transformers",
-)
 
-
-def _versions() -> dict[str, str]:
-    versions = {"python": sys.version.split()[0]}
-    for package in _PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def _write(
-    out: Path,
-    command: str,
-    config: dict[str, Any],
-    dataset: dict[str, Any],
-    metrics: dict[str, Any],
-) -> None:
-    result = {
-        "command": command,
-        "metrics": metrics,
-        "config": config,
-        "dataset": dataset,
-        "versions": _versions(),
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+def _index_of(corpus: Path, index: Path | None, embedder: SentenceTransformerEmbedder) -> Path:
+    """The index of `corpus`: `index` where it holds one, else built (resumably) there or in
+    the cache; checked against the corpus when opened."""
+    checksum = corpus_checksum(corpus)
+    index_dir = index or Path.home() / ".cache" / "answer-service" / "indexes" / (
+        f"eval-{checksum.removeprefix('sha256:')[:16]}"
+    )
+    if index is None or not (index_dir / "manifest.json").is_file():
+        build_index(corpus, index_dir, embedder)
+    return index_dir
 
 
 def _open_retriever(args: argparse.Namespace) -> Retriever:
-    """The index of `--corpus`: `--index` checked against it, or built (resumably) under
-    `--index` / the cache."""
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder))
-    checksum = corpus_checksum(args.corpus)
-    index_dir = args.index or Path.home() / ".cache" / "answer-service" / "indexes" / (
-        f"eval-{checksum.removeprefix('sha256:')[:16]}"
-    )
-    if args.index is None or not (index_dir / "manifest.json").is_file():
-        build_index(args.corpus, index_dir, embedder)
-    return Retriever.open(index_dir, embedder, corpus_checksum=checksum)
+    index_dir = _index_of(args.corpus, args.index, embedder)
+    return Retriever.open(index_dir, embedder, corpus_checksum=corpus_checksum(args.corpus))
 
 
 async def _retrieval(args: argparse.Namespace) -> int:
@@ -124,6 +101,88 @@ async def _retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _answers(args: argparse.Namespace) -> int:
+    questions = read_questions(args.questions)
+    if args.limit is not None:
+        questions = questions[: args.limit]
+    identity = {
+        "command": "answers",
+        "questions": str(args.questions),
+        "limit": args.limit,
+        "passages": corpus_checksum(args.passages) if args.passages else None,
+        "url": args.url,
+        "ttft_budget_ms": args.ttft_budget_ms,
+        "top_k": args.top_k,
+    }
+    checkpoint = RunCheckpoint(args.out, identity)
+    config: dict[str, Any] = {**identity, "concurrency": args.concurrency}
+    try:
+        if args.url:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(args.request_timeout_s)) as http:
+                records = await collect_answers(
+                    HttpAnswering(http, args.url),
+                    questions,
+                    checkpoint,
+                    budget_ms=args.ttft_budget_ms,
+                    top_k=args.top_k,
+                    concurrency=args.concurrency,
+                )
+        else:
+            settings = await asyncio.to_thread(_in_process_settings, args)
+            config["settings"] = settings.model_dump(mode="json")
+            components = Components.create(settings)
+            try:
+                components.start_warm_up()
+                await components.wait_ready()
+                if components.pipeline is None:
+                    raise ServiceError(f"warm-up failed: {components.warm_up_error}")
+                records = await collect_answers(
+                    InProcessAnswering(components.pipeline),
+                    questions,
+                    checkpoint,
+                    budget_ms=args.ttft_budget_ms,
+                    top_k=args.top_k,
+                    concurrency=args.concurrency,
+                )
+            finally:
+                await components.aclose()
+    except BaseException:
+        checkpoint.close()
+        raise
+    metrics = score_answers(questions, records)
+    _write(
+        args.out,
+        "answers",
+        config,
+        {
+            "questions": len(questions),
+            "answerable": sum(bool(q.answers) for q in questions),
+            "with_gold_passage": sum(bool(q.gold_passage_id) for q in questions),
+        },
+        metrics,
+        {"requests": [asdict(r) for r in records]},
+    )
+    checkpoint.finish()
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _in_process_settings(args: argparse.Namespace) -> Settings:
+    """The service's settings (environment included) with the index of `--passages`."""
+    if args.passages is None and args.index is None:
+        raise ServiceError("in-process answering needs --passages (or --index), or --url")
+    embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder))
+    index_dir = (
+        args.index if args.passages is None else _index_of(args.passages, args.index, embedder)
+    )
+    overrides: dict[str, Any] = {"index_dir": index_dir, "embedder_model": args.embedder}
+    if args.sglang_url:
+        overrides["sglang_url"] = args.sglang_url
+    if args.reranker is not None:
+        overrides["reranker_model"] = args.reranker
+    return Settings(**overrides)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="answer-eval", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +196,27 @@ def build_parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--depth", type=int, default=100, help="passages ranked per query")
     retrieval.add_argument("--out", type=Path, required=True)
     retrieval.set_defaults(run=_retrieval)
+
+    answers = commands.add_parser(
+        "answers", help="EM/F1, answer recall, citations, abstention, TTFT end to end"
+    )
+    answers.add_argument("--questions", type=Path, required=True, help="questions JSONL")
+    answers.add_argument("--passages", type=Path, help="the corpus the questions are about")
+    answers.add_argument("--index", type=Path, help="an index of --passages (else built)")
+    answers.add_argument("--url", help="ask a running service instead of the pipeline in-process")
+    answers.add_argument("--sglang-url", help="in-process: SGLang (default: ANSWER_SGLANG_URL)")
+    answers.add_argument(
+        "--reranker", help="in-process: a cross-encoder, or 'none' (default: the service's)"
+    )
+    answers.add_argument("--embedder", default=DEFAULT_EMBEDDER)
+    answers.add_argument("--limit", type=int, help="only the first N questions")
+    answers.add_argument("--ttft-budget-ms", type=int, default=3000)
+    answers.add_argument("--top-k", type=int, default=5, help="passages per answer")
+    answers.add_argument("--concurrency", type=int, default=1, help="questions in flight")
+    answers.add_argument("--request-timeout-s", type=float, default=120.0)
+    answers.add_argument("--out", type=Path, required=True)
+    answers.set_defaults(run=_answers)
+    add_load_command(commands)
     return parser
 
 
@@ -146,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:
         code: int = asyncio.run(args.run(args))
-    except (RetrievalError, OSError, httpx.HTTPError) as exc:
+    except (RetrievalError, ServiceError, OSError, httpx.HTTPError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return code

@@ -1,0 +1,125 @@
+"""`answer-eval answers` end to end on SQuAD questions: in-process and through a running
+service, with a scripted generator so the scores are known in advance."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eval.cli import main
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import SQUAD_QUESTIONS, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first six questions (Super Bowl 50, inside the 150-passage test index)."""
+    path = tmp_path_factory.mktemp("answers") / "questions.jsonl"
+    with SQUAD_QUESTIONS.open() as source:
+        path.write_text("".join(itertools.islice(source, 6)))
+    return path
+
+
+def _run(args: list[str], out: Path) -> dict[str, object]:
+    assert main(["answers", *args, "--out", str(out)]) == 0
+    result: dict[str, object] = json.loads(out.read_text())
+    return result
+
+
+def test_in_process_and_over_http_agree(
+    questions: Path,
+    squad_index: Path,
+    squad_corpus: Path,
+    service: ServiceFactory,
+    chatml_tokenizer_dir: Path,
+    tmp_path: Path,
+) -> None:
+    # Every question gets the answer of the first one (Denver Broncos), citing source 1.
+    state = FakeSGLangState(
+        model_path=str(chatml_tokenizer_dir), tokens=("Denver", " Broncos", " [1]", ".")
+    )
+    common = ["--questions", str(questions), "--ttft-budget-ms", "5000", "--top-k", "3"]
+    with serve_in_thread(create_fake_sglang(state)) as sglang:
+        local = _run(
+            [
+                *common,
+                "--passages",
+                str(squad_corpus),
+                "--index",
+                str(squad_index),
+                "--sglang-url",
+                sglang,
+                "--reranker",
+                "none",
+            ],
+            tmp_path / "local.json",
+        )
+        with service(sglang_url=sglang) as url:
+            remote = _run([*common, "--url", url], tmp_path / "remote.json")
+
+    metrics = local["metrics"]
+    assert isinstance(metrics, dict)
+    answers = [json.loads(line)["answers"] for line in questions.read_text().splitlines()]
+    expected_recall = sum(any("Denver Broncos" in a for a in golds) for golds in answers) / 6
+    assert metrics["answer_recall"] == pytest.approx(round(expected_recall, 4))
+    # "Denver Broncos [1]." is an exact match once the citation marker is set aside.
+    exact = sum("Denver Broncos" in golds for golds in answers) / 6
+    assert metrics["exact_match"] == pytest.approx(round(exact, 4))
+    assert exact > 0
+    assert metrics["ok"] == 6
+    # All six gold passages are Super_Bowl_50-0 or -1, which hybrid retrieval finds.
+    assert metrics["gold_in_sources"] == 1.0
+    # "[1]" cites the top source: right exactly when the top source is the gold passage.
+    requests = local["requests"]
+    assert isinstance(requests, list)
+    golds = [json.loads(line)["gold_passage_id"] for line in questions.read_text().splitlines()]
+    top_is_gold = [r["source_doc_ids"][0] == g for r, g in zip(requests, golds, strict=True)]
+    assert metrics["citation_recall"] == pytest.approx(round(sum(top_is_gold) / 6, 4))
+    assert metrics["cited_share"] == 1.0
+    assert metrics["ttft_ms"]["p50"] is not None
+    assert metrics["abstention_rate"] is None  # no unanswerable questions here
+    assert local["dataset"] == {"questions": 6, "answerable": 6, "with_gold_passage": 6}
+
+    # The same pipeline over HTTP scores the same.
+    remote_metrics = remote["metrics"]
+    assert isinstance(remote_metrics, dict)
+    for name in ("exact_match", "f1", "answer_recall", "citation_precision", "citation_recall"):
+        assert remote_metrics[name] == metrics[name], name
+
+
+def test_an_interrupted_run_resumes_without_asking_again(
+    questions: Path, service: ServiceFactory, chatml_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    out = tmp_path / "run.json"
+    args = ["answers", "--questions", str(questions), "--ttft-budget-ms", "5000", "--out", str(out)]
+
+    def stall_after_three() -> None:
+        while len(state.requests) < 4:
+            time.sleep(0.002)
+        state.mode = "slow"
+
+    with serve_in_thread(create_fake_sglang(state)) as sglang, service(sglang_url=sglang) as url:
+        # The fourth answer hangs after its first token, past the client's timeout: the run stops with an error.
+        state.tokens = ("x",) * 30
+        threading.Thread(target=stall_after_three, daemon=True).start()
+        assert main([*args, "--url", url, "--request-timeout-s", "2"]) == 2
+        checkpoint = out.with_name("run.json.partial.jsonl")
+        assert len(checkpoint.read_text().splitlines()) >= 1 + 3
+        answered = len(checkpoint.read_text().splitlines()) - 1
+        assert not out.exists()
+
+        state.mode = "ok"
+        state.requests.clear()
+        assert main([*args, "--url", url]) == 0
+    assert len(state.requests) == 6 - answered
+    assert json.loads(out.read_text())["metrics"]["ok"] == 6
+    assert not checkpoint.exists()
