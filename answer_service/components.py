@@ -172,6 +172,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         snippet_chars=settings.snippet_chars,
         rerank_candidates=settings.rerank_candidates,
         retrieval_mode=settings.retrieval_mode,
+        prompt_layout=settings.prompt_layout,
         search_depth=SearchDepth(
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),

@@ -49,6 +49,10 @@ class AnswerStats:
     passages_in_prompt: int
     passages_dropped: int
     degraded: tuple[str, ...]
+    prompt_layout: str = "relevance"
+    # The prefix the layout expected the worker to hold (system prompt + continued passages).
+    expected_cached_tokens: int = 0
+    worker: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from answer_service.events import (
     StageTimings,
     TokenEvent,
 )
-from budget import Deadline
+from budget import CacheEstimator, Deadline
 from generation.errors import (
     GenerationError,
     GenerationTimeoutError,
@@ -45,6 +45,7 @@ from generation.errors import (
     SGLangRequestError,
     SGLangUnavailableError,
 )
+from generation.prefix_order import PrefixTree, PromptLayout
 from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
 from generation.sglang_client import (
     GenerationResult,
@@ -84,6 +85,7 @@ class PipelineConfig:
     search_depth: SearchDepth | None = None
     rerank_candidates: int = 20
     retrieval_mode: RetrievalMode = "hybrid"
+    prompt_layout: PromptLayout = "cache_aware"
 
 
 @dataclass(slots=True)
@@ -102,6 +104,8 @@ class PreparedAnswer:
     root: Span
     generate_span: Span
     timings: StageTimings
+    worker: str = ""
+    cache: CacheEstimator | None = None
     degraded: tuple[str, ...] = ()
     outcome: str = "ok"
     ttft_ms: float | None = None
@@ -127,6 +131,9 @@ class PreparedAnswer:
             passages_in_prompt=len(self.prompt.passages),
             passages_dropped=self.prompt.dropped_passages,
             degraded=self.degraded,
+            prompt_layout=self.prompt.layout,
+            expected_cached_tokens=self.prompt.expected_cached_tokens,
+            worker=self.worker,
         )
 
     def close_nowait(self) -> None:
@@ -136,6 +143,10 @@ class PreparedAnswer:
         self.stream.close_nowait()
         _end_generate_span(self.generate_span, self.stream.result)
         stats = self.stats()
+        if self.cache is not None and self.stream.result is not None:
+            self.cache.observe(
+                self.worker, stats.prompt_tokens, stats.expected_cached_tokens, stats.cached_tokens
+            )
         self.root.set_attributes(
             {
                 "answer.outcome": stats.outcome,
@@ -170,6 +181,17 @@ def _depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
     return {key: value for key, value in attributes.items() if value is not None}
 
 
+def _sources(scored: list[ScoredPassage], prompt: Prompt, snippet_chars: int) -> tuple[Source, ...]:
+    """Sources numbered as the prompt numbers them ([n] in the answer is source n), in prompt
+    order; passages that did not fit follow in retrieval order."""
+    in_prompt = {p.source_id: p.number for p in prompt.passages}
+    left_out = (sp for sp in scored if sp.passage.passage_id not in in_prompt)
+    by_id = {sp.passage.passage_id: sp for sp in scored}
+    placed = [(p.number, by_id[p.source_id]) for p in prompt.passages]
+    placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]
+    return tuple(_source(n, sp, snippet_chars) for n, sp in placed)
+
+
 def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
     passage = scored.passage
     return Source(
@@ -196,6 +218,9 @@ class AnswerPipeline:
         self._sglang = sglang
         self._tracer = tracer
         self._config = config
+        # The passage sequences recently sent to SGLang, and how much of them it kept.
+        self.prefix_tree = PrefixTree()
+        self.cache = CacheEstimator()
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
         """The point past which the first token is given up on: budget x timeout factor."""
@@ -235,11 +260,10 @@ class AnswerPipeline:
         retrieved = await self._retrieve(request, retrieval_deadline)
         scored = retrieved.passages
         started_s = time.perf_counter()
-        sources = tuple(
-            _source(n, sp, self._config.snippet_chars) for n, sp in enumerate(scored, start=1)
-        )
         prompt = await self._build_prompt(request.query, scored)
+        sources = _sources(scored, prompt, self._config.snippet_chars)
         prompt_ms = (time.perf_counter() - started_s) * 1000.0
+        worker = self._sglang.base_url
         generate_span = self._tracer.start_span(
             "generate",
             attributes={
@@ -251,6 +275,12 @@ class AnswerPipeline:
                 "answer.stage.budget_ms": deadline.remaining_ms(),
                 "answer.prompt.passages": len(prompt.passages),
                 "answer.prompt.tokens_estimate": prompt.prompt_tokens,
+                "answer.prompt.layout": prompt.layout,
+                "answer.prompt.expected_cached_tokens": prompt.expected_cached_tokens,
+                "answer.prompt.expected_uncached_tokens": self.cache.expected_uncached(
+                    worker, prompt.prompt_tokens, prompt.expected_cached_tokens
+                ),
+                "sglang.worker": worker,
             },
         )
         try:
@@ -270,6 +300,8 @@ class AnswerPipeline:
             root=root,
             generate_span=generate_span,
             timings=dataclasses.replace(retrieved.timings, prompt_ms=prompt_ms),
+            worker=worker,
+            cache=self.cache,
             degraded=retrieved.degraded,
         )
 
@@ -371,6 +403,8 @@ class AnswerPipeline:
                 passages,
                 self._template,
                 max_prompt_tokens=self._config.max_prompt_tokens,
+                layout=self._config.prompt_layout,
+                tree=self.prefix_tree,
             )
         except GenerationError as exc:
             raise InvalidRequestError(str(exc)) from exc

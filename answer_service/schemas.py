@@ -110,6 +110,9 @@ class DonePayload(BaseModel):
     passages_in_prompt: int
     passages_dropped: int
     degraded: list[str]
+    prompt_layout: str
+    expected_cached_tokens: int
+    worker: str
 
     @classmethod
     def of(cls, stats: AnswerStats) -> DonePayload:
@@ -134,6 +137,9 @@ class DonePayload(BaseModel):
             passages_in_prompt=stats.passages_in_prompt,
             passages_dropped=stats.passages_dropped,
             degraded=list(stats.degraded),
+            prompt_layout=stats.prompt_layout,
+            expected_cached_tokens=stats.expected_cached_tokens,
+            worker=stats.worker,
         )
 
 

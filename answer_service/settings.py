@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     # SGLang reports it (a local folder or a hub id).
     tokenizer: str | None = None
     max_prompt_tokens: int = Field(default=1800, ge=64)
+    # Passage order in the prompt: cache_aware continues the prefix SGLang most likely holds
+    # (see generation/prefix_order.py); relevance keeps the retrieval order.
+    prompt_layout: Literal["relevance", "stable", "cache_aware"] = "cache_aware"
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
 

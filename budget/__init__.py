@@ -7,6 +7,7 @@ and never sleeps, so it is tested without waiting.
 May import: the standard library. Imports nothing of ours; everything else may import it.
 """
 
+from budget.cache_estimate import CacheEstimator, CacheStats
 from budget.deadline import Clock, Deadline, monotonic_clock
 
-__all__ = ["Clock", "Deadline", "monotonic_clock"]
+__all__ = ["CacheEstimator", "CacheStats", "Clock", "Deadline", "monotonic_clock"]

@@ -7,6 +7,7 @@ so requests that share passages share a token prefix that SGLang's RadixAttentio
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from generation.errors import GenerationError
+from generation.prefix_order import PrefixTree, PromptLayout, order_ids
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +46,14 @@ class ChatMessage:
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
+    """A laid-out prompt; `passages` in prompt order, numbered by position."""
+
     text: str
     prompt_tokens: int
     passages: tuple[ContextPassage, ...]
     dropped_passages: int
+    layout: PromptLayout = "relevance"
+    expected_cached_tokens: int = 0
 
 
 class ChatTemplate(Protocol):
@@ -112,9 +118,26 @@ def render_passage(passage: ContextPassage) -> str:
     return f'<passage number="{passage.number}" title="{title}">\n{passage.text}\n</passage>'
 
 
+_PASSAGES_HEADER = "Passages:\n\n"
+
+
 def _user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     blocks = "\n\n".join(render_passage(passage) for passage in passages)
-    return f"Passages:\n\n{blocks}\n\nQuestion: {question}"
+    return f"{_PASSAGES_HEADER}{blocks}\n\nQuestion: {question}"
+
+
+def _laid_out(
+    passages: Sequence[ContextPassage], layout: PromptLayout, tree: PrefixTree | None
+) -> tuple[list[ContextPassage], int]:
+    """The passages in prompt order, numbered 1..n by position, and how many of the first ones
+    continue a remembered prefix."""
+    by_id = {p.source_id: p for p in passages}
+    order = order_ids(list(by_id), layout, tree)
+    numbered = [
+        dataclasses.replace(by_id[pid], number=n)
+        for n, pid in enumerate(order.passage_ids, start=1)
+    ]
+    return numbered, order.continued
 
 
 def build_prompt(
@@ -123,13 +146,22 @@ def build_prompt(
     template: ChatTemplate,
     *,
     max_prompt_tokens: int,
+    layout: PromptLayout = "relevance",
+    tree: PrefixTree | None = None,
 ) -> Prompt:
-    """Lay the prompt out, dropping the lowest-ranked passages until it fits."""
+    """Lay the prompt out: keep the best-ranked passages (given best first) that fit, put them
+    in the order `layout` chooses, and number them by position.
+
+    With a `tree` (the prefixes recently sent to the worker that will serve this prompt), the
+    chosen order is remembered there, and `expected_cached_tokens` estimates the prefix that
+    worker still holds: the system prompt and the passages continuing a remembered sequence.
+    """
     kept = list(passages)
     while True:
+        ordered, matched = _laid_out(kept, layout, tree)
         messages = [
             ChatMessage("system", SYSTEM_PROMPT),
-            ChatMessage("user", _user_message(question, kept)),
+            ChatMessage("user", _user_message(question, ordered)),
         ]
         text = template.render(messages)
         prompt_tokens = template.count_tokens(text)
@@ -141,4 +173,27 @@ def build_prompt(
             f"the question alone takes {prompt_tokens} prompt tokens, more than the "
             f"{max_prompt_tokens} allowed"
         )
-    return Prompt(text, prompt_tokens, tuple(kept), len(passages) - len(kept))
+    expected_cached = 0
+    if tree is not None:
+        if len(tree):
+            expected_cached = template.count_tokens(_shared_prefix(text, ordered[:matched]))
+        tree.insert([p.source_id for p in ordered])
+    return Prompt(
+        text,
+        prompt_tokens,
+        tuple(ordered),
+        len(passages) - len(kept),
+        layout=layout,
+        expected_cached_tokens=expected_cached,
+    )
+
+
+def _shared_prefix(text: str, prefix_passages: Sequence[ContextPassage]) -> str:
+    """The start of `text` up to the end of the last of `prefix_passages` (or up to the first
+    passage when there are none): what an earlier prompt with the same prefix also had."""
+    end = text.index(_PASSAGES_HEADER) + len(_PASSAGES_HEADER)
+    if prefix_passages:
+        end = text.index(render_passage(prefix_passages[-1]), end) + len(
+            render_passage(prefix_passages[-1])
+        )
+    return text[:end]

@@ -1,0 +1,127 @@
+"""Cache-aware prompt layout: the prefix trie, the three orders, and stable prompt bytes."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from generation.prefix_order import PrefixTree, order_ids
+from generation.prompt_layout import ChatMessage, ContextPassage, build_prompt
+
+
+class WordTemplate:
+    def warm_up(self) -> None:
+        pass
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        return "\n".join(f"{m.role}: {m.content}" for m in messages)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def _passages(ids: Sequence[str]) -> list[ContextPassage]:
+    return [ContextPassage(n, pid, f"T{pid}", f"text of {pid}") for n, pid in enumerate(ids, 1)]
+
+
+def test_longest_prefix_follows_only_wanted_passages() -> None:
+    tree = PrefixTree()
+    tree.insert(["a", "b", "c", "d"])
+    tree.insert(["a", "x", "y"])
+    assert tree.longest_prefix({"a", "b", "c", "z"}).passage_ids == ("a", "b", "c")
+    assert tree.longest_prefix({"a", "x", "y", "b"}).passage_ids in (("a", "x", "y"),)
+    assert tree.longest_prefix({"b", "c"}).passage_ids == ()  # must start at the root
+    assert len(tree) == 6
+
+
+def test_equal_lengths_prefer_the_most_recent() -> None:
+    tree = PrefixTree()
+    tree.insert(["a", "b"])
+    tree.insert(["a", "c"])
+    assert tree.longest_prefix({"a", "b", "c"}).passage_ids == ("a", "c")
+    tree.insert(["a", "b"])
+    assert tree.longest_prefix({"a", "b", "c"}).passage_ids == ("a", "b")
+
+
+def test_eviction_keeps_the_tree_bounded_and_drops_the_oldest() -> None:
+    tree = PrefixTree(max_nodes=50)
+    tree.insert(["old", "1"])
+    for i in range(40):
+        tree.insert([f"p{i}", f"q{i}"])
+    assert len(tree) <= 50
+    assert tree.longest_prefix({"old", "1"}).passage_ids == ()
+    assert tree.longest_prefix({"p39", "q39"}).passage_ids == ("p39", "q39")
+
+
+def test_the_three_orders() -> None:
+    tree = PrefixTree()
+    tree.insert(["c", "a"])
+    ranked = ["b", "a", "d", "c"]
+    assert order_ids(ranked, "relevance").passage_ids == ("b", "a", "d", "c")
+    assert order_ids(ranked, "stable").passage_ids == ("a", "b", "c", "d")
+    cache_aware = order_ids(ranked, "cache_aware", tree)
+    assert cache_aware.passage_ids == ("c", "a", "b", "d")
+    assert cache_aware.continued == 2
+
+
+@pytest.mark.parametrize("layout", ["stable", "cache_aware"])
+def test_same_passages_give_the_same_bytes_whatever_their_rank(layout: str) -> None:
+    ids = ["s1#0", "s2#0", "s3#0", "s4#0"]
+    texts = set()
+    tree = PrefixTree()
+    for seed in range(5):
+        shuffled = ids[:]
+        random.Random(seed).shuffle(shuffled)
+        prompt = build_prompt(
+            "why?",
+            _passages(shuffled),
+            WordTemplate(),
+            max_prompt_tokens=10_000,
+            layout=layout,  # type: ignore[arg-type]
+            tree=tree,
+        )
+        texts.add(prompt.text)
+        assert [p.number for p in prompt.passages] == [1, 2, 3, 4]
+    assert len(texts) == 1
+
+
+def test_cache_aware_prompt_extends_the_remembered_prefix_and_estimates_it() -> None:
+    tree = PrefixTree()
+    template = WordTemplate()
+    first = build_prompt(
+        "q1?",
+        _passages(["d", "b", "a"]),
+        template,
+        max_prompt_tokens=10_000,
+        layout="cache_aware",
+        tree=tree,
+    )
+    assert first.expected_cached_tokens == 0  # nothing sent yet
+    assert [p.source_id for p in first.passages] == ["a", "b", "d"]
+    second = build_prompt(
+        "q2?",
+        _passages(["c", "b", "a"]),
+        template,
+        max_prompt_tokens=10_000,
+        layout="cache_aware",
+        tree=tree,
+    )
+    # a, b continue the first prompt's sequence; c follows. The shared text is everything up
+    # to the end of passage b, byte for byte.
+    assert [p.source_id for p in second.passages] == ["a", "b", "c"]
+    shared = first.text.index('<passage number="3"')
+    assert second.text[:shared] == first.text[:shared]
+    assert 0 < second.expected_cached_tokens < second.prompt_tokens
+    assert second.expected_cached_tokens == template.count_tokens(second.text[:shared].rstrip())
+
+
+def test_fitting_drops_the_lowest_ranked_not_the_last_in_layout() -> None:
+    template = WordTemplate()
+    ranked = _passages(["z", "y", "x"])  # best first; "x" is the worst but sorts first
+    full = build_prompt("q?", ranked, template, max_prompt_tokens=10_000, layout="stable")
+    budget = full.prompt_tokens - 1
+    prompt = build_prompt("q?", ranked, template, max_prompt_tokens=budget, layout="stable")
+    assert [p.source_id for p in prompt.passages] == ["y", "z"]
+    assert prompt.dropped_passages == 1
