@@ -36,7 +36,9 @@ _SGLANG_RETRY_S = 2.0
 class Components:
     settings: Settings
     http: httpx.AsyncClient
-    sglang: SGLangClient
+    # The SGLang endpoints requests go to: one server or router, or the workers the service
+    # routes over itself (ANSWER_SGLANG_WORKERS). `sglang` is the first.
+    workers: list[SGLangClient]
     recent: RecentTraces
     provider: TracerProvider
     retriever: Retriever | None = None
@@ -57,7 +59,13 @@ class Components:
         provider = build_tracer_provider(
             settings.service_name, recent, settings.otel_exporter_otlp_endpoint
         )
-        return cls(settings, http, SGLangClient(http, settings.sglang_url), recent, provider)
+        urls = settings.sglang_workers or [settings.sglang_url]
+        workers = [SGLangClient(http, url) for url in urls]
+        return cls(settings, http, workers, recent, provider)
+
+    @property
+    def sglang(self) -> SGLangClient:
+        return self.workers[0]
 
     def start_warm_up(self) -> None:
         self._warm_up_task = asyncio.get_running_loop().create_task(self._warm_up())
@@ -98,7 +106,7 @@ class Components:
         self.pipeline = AnswerPipeline(
             self.retriever,
             template,
-            self.sglang,
+            self.workers,
             self.provider.get_tracer("answer_service"),
             _pipeline_config(settings, self.served_model),
         )
@@ -142,8 +150,12 @@ class Components:
             reasons.append(f"warm-up failed: {self.warm_up_error}")
         elif self.pipeline is None:
             reasons.append("warming up (embedder, index, chat template)")
-        if not await self.sglang.health(timeout_s=1.0):
-            reasons.append(f"SGLang at {self.sglang.base_url} is not healthy")
+        healthy = await asyncio.gather(*(w.health(timeout_s=1.0) for w in self.workers))
+        reasons += [
+            f"SGLang at {w.base_url} is not healthy"
+            for w, ok in zip(self.workers, healthy, strict=True)
+            if not ok
+        ]
         return reasons
 
     async def aclose(self) -> None:
@@ -153,7 +165,8 @@ class Components:
                 await asyncio.gather(task, return_exceptions=True)
         if self.retriever is not None:
             self.retriever.close()
-        await self.sglang.drain()
+        for worker in self.workers:
+            await worker.drain()
         await self.http.aclose()
         self.provider.shutdown()
 
@@ -173,6 +186,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         rerank_candidates=settings.rerank_candidates,
         retrieval_mode=settings.retrieval_mode,
         prompt_layout=settings.prompt_layout,
+        routing=settings.sglang_routing,
         search_depth=SearchDepth(
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),

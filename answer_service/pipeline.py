@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -37,18 +37,23 @@ from answer_service.events import (
     StageTimings,
     TokenEvent,
 )
+from answer_service.pipeline_values import (
+    depth_attributes,
+    end_generate_span,
+    error_event,
+    numbered_sources,
+)
 from budget import CacheEstimator, Deadline
 from generation.errors import (
     GenerationError,
-    GenerationTimeoutError,
     PromptTooLongError,
     SGLangRequestError,
     SGLangUnavailableError,
 )
 from generation.prefix_order import PrefixTree, PromptLayout
+from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
 from generation.sglang_client import (
-    GenerationResult,
     GenerationStream,
     SamplingParams,
     SGLangClient,
@@ -86,6 +91,7 @@ class PipelineConfig:
     rerank_candidates: int = 20
     retrieval_mode: RetrievalMode = "hybrid"
     prompt_layout: PromptLayout = "cache_aware"
+    routing: RoutingPolicy = "prefix"
 
 
 @dataclass(slots=True)
@@ -106,6 +112,7 @@ class PreparedAnswer:
     timings: StageTimings
     worker: str = ""
     cache: CacheEstimator | None = None
+    router: PrefixRouter | None = None
     degraded: tuple[str, ...] = ()
     outcome: str = "ok"
     ttft_ms: float | None = None
@@ -141,7 +148,9 @@ class PreparedAnswer:
             return
         self._closed = True
         self.stream.close_nowait()
-        _end_generate_span(self.generate_span, self.stream.result)
+        end_generate_span(self.generate_span, self.stream.result)
+        if self.router is not None:
+            self.router.release(self.worker)
         stats = self.stats()
         if self.cache is not None and self.stream.result is not None:
             self.cache.observe(
@@ -160,66 +169,22 @@ class PreparedAnswer:
         self.root.end()
 
 
-def _end_generate_span(span: Span, result: GenerationResult | None) -> None:
-    if result is not None:
-        span.set_attributes(
-            {
-                "gen_ai.usage.input_tokens": result.prompt_tokens,
-                "gen_ai.usage.output_tokens": result.completion_tokens,
-                "gen_ai.usage.cache_read.input_tokens": result.cached_tokens,
-                "gen_ai.response.finish_reasons": (result.finish_reason,),
-                "gen_ai.response.id": result.rid,
-            }
-        )
-    span.end()
-
-
-def _depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
-    if depth is None:
-        return {}
-    attributes = {"retrieval.nprobe": depth.nprobe, "retrieval.ef_search": depth.ef_search}
-    return {key: value for key, value in attributes.items() if value is not None}
-
-
-def _sources(scored: list[ScoredPassage], prompt: Prompt, snippet_chars: int) -> tuple[Source, ...]:
-    """Sources numbered as the prompt numbers them ([n] in the answer is source n), in prompt
-    order; passages that did not fit follow in retrieval order."""
-    in_prompt = {p.source_id: p.number for p in prompt.passages}
-    left_out = (sp for sp in scored if sp.passage.passage_id not in in_prompt)
-    by_id = {sp.passage.passage_id: sp for sp in scored}
-    placed = [(p.number, by_id[p.source_id]) for p in prompt.passages]
-    placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]
-    return tuple(_source(n, sp, snippet_chars) for n, sp in placed)
-
-
-def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
-    passage = scored.passage
-    return Source(
-        number=number,
-        passage_id=passage.passage_id,
-        doc_id=passage.doc_id,
-        title=passage.title,
-        score=round(scored.score, 4),
-        snippet=passage.text[:snippet_chars],
-    )
-
-
 class AnswerPipeline:
     def __init__(
         self,
         retriever: Retriever,
         template: ChatTemplate,
-        sglang: SGLangClient,
+        workers: Sequence[SGLangClient],
         tracer: Tracer,
         config: PipelineConfig,
     ) -> None:
         self._retriever = retriever
         self._template = template
-        self._sglang = sglang
+        self._workers = {client.base_url: client for client in workers}
         self._tracer = tracer
         self._config = config
-        # The passage sequences recently sent to SGLang, and how much of them it kept.
-        self.prefix_tree = PrefixTree()
+        # Per worker: the passage sequences sent there, and how much of them it kept.
+        self.router = PrefixRouter(list(self._workers), policy=config.routing)
         self.cache = CacheEstimator()
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
@@ -259,11 +224,27 @@ class AnswerPipeline:
         retrieval_deadline = hard.slice_ms(retrieval_ms)
         retrieved = await self._retrieve(request, retrieval_deadline)
         scored = retrieved.passages
+        worker = self.router.choose([sp.passage.passage_id for sp in scored])
+        try:
+            return await self._generate(request, deadline, hard, root, retrieved, worker)
+        except BaseException:
+            self.router.release(worker)
+            raise
+
+    async def _generate(
+        self,
+        request: AnswerRequest,
+        deadline: Deadline,
+        hard: Deadline,
+        root: Span,
+        retrieved: Retrieved,
+        worker: str,
+    ) -> PreparedAnswer:
+        scored = retrieved.passages
         started_s = time.perf_counter()
-        prompt = await self._build_prompt(request.query, scored)
-        sources = _sources(scored, prompt, self._config.snippet_chars)
+        prompt = await self._build_prompt(request.query, scored, self.router.tree(worker))
+        sources = numbered_sources(scored, prompt, self._config.snippet_chars)
         prompt_ms = (time.perf_counter() - started_s) * 1000.0
-        worker = self._sglang.base_url
         generate_span = self._tracer.start_span(
             "generate",
             attributes={
@@ -284,7 +265,7 @@ class AnswerPipeline:
             },
         )
         try:
-            stream = await self._open_stream(prompt, hard)
+            stream = await self._open_stream(self._workers[worker], prompt, hard)
         except BaseException as exc:
             generate_span.record_exception(exc)
             generate_span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
@@ -302,6 +283,7 @@ class AnswerPipeline:
             timings=dataclasses.replace(retrieved.timings, prompt_ms=prompt_ms),
             worker=worker,
             cache=self.cache,
+            router=self.router,
             degraded=retrieved.degraded,
         )
 
@@ -323,7 +305,7 @@ class AnswerPipeline:
                     "retrieval.index.passages": len(self._retriever.index),
                     "retrieval.index.type": self._retriever.index.manifest.index_type,
                     "retrieval.index.device": self._retriever.index.device,
-                    **_depth_attributes(self._config.search_depth),
+                    **depth_attributes(self._config.search_depth),
                     "answer.stage.budget_ms": deadline.remaining_ms(),
                 },
             ) as span:
@@ -391,7 +373,9 @@ class AnswerPipeline:
                 span.set_attribute("answer.degraded", reranked.degraded)
         return reranked
 
-    async def _build_prompt(self, question: str, scored: list[ScoredPassage]) -> Prompt:
+    async def _build_prompt(
+        self, question: str, scored: list[ScoredPassage], tree: PrefixTree
+    ) -> Prompt:
         passages = [
             ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
             for n, sp in enumerate(scored, start=1)
@@ -404,12 +388,14 @@ class AnswerPipeline:
                 self._template,
                 max_prompt_tokens=self._config.max_prompt_tokens,
                 layout=self._config.prompt_layout,
-                tree=self.prefix_tree,
+                tree=tree,
             )
         except GenerationError as exc:
             raise InvalidRequestError(str(exc)) from exc
 
-    async def _open_stream(self, prompt: Prompt, hard: Deadline) -> GenerationStream:
+    async def _open_stream(
+        self, sglang: SGLangClient, prompt: Prompt, hard: Deadline
+    ) -> GenerationStream:
         params = SamplingParams(
             max_new_tokens=self._config.max_new_tokens, temperature=self._config.temperature
         )
@@ -419,7 +405,7 @@ class AnswerPipeline:
             next_token_s=self._config.next_token_timeout_s,
         )
         try:
-            return await self._sglang.open_stream(prompt.text, params, timeouts)
+            return await sglang.open_stream(prompt.text, params, timeouts)
         except SGLangUnavailableError as exc:
             raise UpstreamUnavailableError(str(exc), retry_after_s=5) from exc
         except PromptTooLongError as exc:
@@ -441,7 +427,7 @@ class AnswerPipeline:
                     )
                 yield TokenEvent(delta.text)
         except GenerationError as exc:
-            error = _error_event(exc)
+            error = error_event(exc)
             prepared.outcome = "error"
             prepared.generate_span.record_exception(exc)
             prepared.generate_span.set_status(Status(StatusCode.ERROR, error.message[:200]))
@@ -457,11 +443,3 @@ class AnswerPipeline:
         if error is not None:
             yield error
         yield DoneEvent(prepared.stats())
-
-
-def _error_event(exc: GenerationError) -> ErrorEvent:
-    if isinstance(exc, GenerationTimeoutError):
-        return ErrorEvent("generate", "generation_timeout", str(exc))
-    if isinstance(exc, SGLangUnavailableError):
-        return ErrorEvent("generate", "generation_unavailable", str(exc))
-    return ErrorEvent("generate", "generation_failed", str(exc))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.reranker import DEFAULT_RERANKER
@@ -44,6 +45,11 @@ class Settings(BaseSettings):
     reranker_max_tokens: int = Field(default=256, ge=16, le=512)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
+    # Several SGLang workers the service routes over itself (JSON list or comma-separated),
+    # instead of `sglang_url`: `prefix` sends a prompt where its passages were sent before
+    # (generation/prefix_routing.py), `round_robin` ignores the cache.
+    sglang_workers: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    sglang_routing: Literal["prefix", "round_robin"] = "prefix"
     # Tokenizer whose chat template lays the prompt out; default: the served model's path as
     # SGLang reports it (a local folder or a hub id).
     tokenizer: str | None = None
@@ -72,6 +78,23 @@ class Settings(BaseSettings):
 
     record_content: bool = False
     recent_traces: int = Field(default=500, ge=1)
+
+    @field_validator("sglang_workers", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                return json.loads(value)
+            return [url.strip() for url in value.split(",") if url.strip()]
+        return value
+
+    @field_validator("sglang_workers")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        urls = [url.rstrip("/") for url in value]
+        if len(set(urls)) != len(urls):
+            raise ValueError("sglang_workers must be distinct")
+        return urls
 
     @field_validator("reranker_model", "tokenizer", mode="before")
     @classmethod

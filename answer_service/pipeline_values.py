@@ -1,0 +1,67 @@
+"""Small conversions the answer pipeline makes: retrieved passages into numbered sources,
+generation results into span attributes, generation errors into `error` events."""
+
+from __future__ import annotations
+
+from opentelemetry.trace import Span
+
+from answer_service.events import ErrorEvent, Source
+from generation.errors import GenerationError, GenerationTimeoutError, SGLangUnavailableError
+from generation.prompt_layout import Prompt
+from generation.sglang_client import GenerationResult
+from retrieval.ann import SearchDepth
+from retrieval.passage import ScoredPassage
+
+
+def end_generate_span(span: Span, result: GenerationResult | None) -> None:
+    if result is not None:
+        span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": result.prompt_tokens,
+                "gen_ai.usage.output_tokens": result.completion_tokens,
+                "gen_ai.usage.cache_read.input_tokens": result.cached_tokens,
+                "gen_ai.response.finish_reasons": (result.finish_reason,),
+                "gen_ai.response.id": result.rid,
+            }
+        )
+    span.end()
+
+
+def depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
+    if depth is None:
+        return {}
+    attributes = {"retrieval.nprobe": depth.nprobe, "retrieval.ef_search": depth.ef_search}
+    return {key: value for key, value in attributes.items() if value is not None}
+
+
+def numbered_sources(
+    scored: list[ScoredPassage], prompt: Prompt, snippet_chars: int
+) -> tuple[Source, ...]:
+    """Sources numbered as the prompt numbers them ([n] in the answer is source n), in prompt
+    order; passages that did not fit follow in retrieval order."""
+    in_prompt = {p.source_id: p.number for p in prompt.passages}
+    left_out = (sp for sp in scored if sp.passage.passage_id not in in_prompt)
+    by_id = {sp.passage.passage_id: sp for sp in scored}
+    placed = [(p.number, by_id[p.source_id]) for p in prompt.passages]
+    placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]
+    return tuple(_source(n, sp, snippet_chars) for n, sp in placed)
+
+
+def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
+    passage = scored.passage
+    return Source(
+        number=number,
+        passage_id=passage.passage_id,
+        doc_id=passage.doc_id,
+        title=passage.title,
+        score=round(scored.score, 4),
+        snippet=passage.text[:snippet_chars],
+    )
+
+
+def error_event(exc: GenerationError) -> ErrorEvent:
+    if isinstance(exc, GenerationTimeoutError):
+        return ErrorEvent("generate", "generation_timeout", str(exc))
+    if isinstance(exc, SGLangUnavailableError):
+        return ErrorEvent("generate", "generation_unavailable", str(exc))
+    return ErrorEvent("generate", "generation_failed", str(exc))

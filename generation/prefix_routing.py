@@ -1,0 +1,80 @@
+"""Which SGLang worker gets a prompt, decided by the service from the passages it will send.
+
+With several workers each holds its own prefix cache, so a prompt should go where its passage
+sequence was sent before. `PrefixRouter` keeps one `PrefixTree` per worker (what was sent
+there) and the number of requests in flight on each. `prefix` routing sends a prompt to the
+worker holding the longest prefix of its passages among the workers whose load is within
+`max_imbalance` requests of the least loaded (so one popular prefix cannot pile every request
+onto one worker); ties go to the less loaded worker, then in turn. `round_robin` ignores the
+cache (the baseline).
+
+Unlike sglang-router's `cache_aware` policy, which matches request *characters* and sends a
+request matching less than its threshold to its first worker, this matches whole passages:
+the unit the prompt layout reorders.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Collection, Sequence
+from typing import Literal
+
+from generation.prefix_order import PrefixTree
+
+RoutingPolicy = Literal["prefix", "round_robin"]
+
+
+class PrefixRouter:
+    def __init__(
+        self,
+        workers: Sequence[str],
+        *,
+        policy: RoutingPolicy = "prefix",
+        max_imbalance: int = 2,
+        max_nodes: int = 20_000,
+    ) -> None:
+        if not workers:
+            raise ValueError("at least one worker is needed")
+        if len(set(workers)) != len(workers):
+            raise ValueError("workers must be distinct")
+        self.workers = tuple(workers)
+        self.policy = policy
+        self._max_imbalance = max(max_imbalance, 0)
+        self._trees = {worker: PrefixTree(max_nodes) for worker in workers}
+        self._in_flight = dict.fromkeys(workers, 0)
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    def tree(self, worker: str) -> PrefixTree:
+        return self._trees[worker]
+
+    def in_flight(self, worker: str) -> int:
+        return self._in_flight[worker]
+
+    def choose(self, passage_ids: Collection[str]) -> str:
+        """The worker for a prompt of these passages, counted in flight until `release`."""
+        with self._lock:
+            turn = next(self._turn)
+            if self.policy == "round_robin" or len(self.workers) == 1:
+                worker = self.workers[turn % len(self.workers)]
+            else:
+                least = min(self._in_flight.values())
+                eligible = [
+                    w for w in self.workers if self._in_flight[w] <= least + self._max_imbalance
+                ]
+                n = len(self.workers)
+                worker = max(
+                    eligible,
+                    key=lambda w: (
+                        len(self._trees[w].longest_prefix(passage_ids).passage_ids),
+                        -self._in_flight[w],
+                        -((self.workers.index(w) - turn) % n),
+                    ),
+                )
+            self._in_flight[worker] += 1
+            return worker
+
+    def release(self, worker: str) -> None:
+        with self._lock:
+            self._in_flight[worker] = max(self._in_flight[worker] - 1, 0)
