@@ -11,6 +11,9 @@ from pathlib import Path
 
 from answer_service.reranker_cli import add_reranker_commands
 from answer_service.settings import DEFAULT_SGLANG_PORT, Settings
+from generation.sglang_env import ensure_sglang_router
+from generation.sglang_fleet import SGLangFleet, SGLangFleetConfig, consecutive_ports
+from generation.sglang_router import SGLangRouterConfig
 from generation.sglang_server import (
     SGLangServer,
     SGLangServerConfig,
@@ -88,9 +91,24 @@ def _sglang_server(args: argparse.Namespace) -> SGLangServer:
     )
 
 
+def _sglang_fleet(args: argparse.Namespace) -> SGLangFleet:
+    """The router on --port, the workers on the ports after it."""
+    cache_dir = Settings().cache_dir
+    return SGLangFleet(
+        SGLangFleetConfig(
+            worker=SGLangServerConfig(cache_dir=cache_dir, model_dir=args.model_dir),
+            router=SGLangRouterConfig(
+                port=args.port, policy=args.router_policy, cache_dir=cache_dir
+            ),
+            worker_ports=consecutive_ports(args.port + 1, args.workers),
+        )
+    )
+
+
 def _sglang_up(args: argparse.Namespace) -> int:
     try:
-        url = _sglang_server(args).start()
+        running = _sglang_fleet(args) if args.workers > 1 else _sglang_server(args)
+        url = running.start()
     except SGLangServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -102,6 +120,7 @@ def _sglang_setup(args: argparse.Namespace) -> int:
     cache_dir = Settings().cache_dir
     try:
         python = ensure_sglang_env(cache_dir)
+        ensure_sglang_router(cache_dir)
         model_dir = ensure_smollm2_model(cache_dir)
     except SGLangServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -111,8 +130,17 @@ def _sglang_setup(args: argparse.Namespace) -> int:
 
 
 def _sglang_down(args: argparse.Namespace) -> int:
-    print("stopped" if _sglang_server(args).stop() else "not running")
+    fleet = SGLangFleet.find(Settings().cache_dir, args.port)
+    stopped = fleet.stop() if fleet is not None else _sglang_server(args).stop()
+    print("stopped" if stopped else "not running")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -169,10 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     up = sglang.add_parser("up", help="build its environment if needed, start it, wait")
     up.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
     up.add_argument("--model-dir", type=Path, default=None, help="default: SmolLM2-135M")
+    up.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="N>1: N workers on the ports after --port and sglang-router on --port",
+    )
+    up.add_argument(
+        "--router-policy", choices=["cache_aware", "round_robin"], default="cache_aware"
+    )
     up.set_defaults(run=_sglang_up)
-    setup = sglang.add_parser("setup", help="build its environment and model, start nothing")
+    setup = sglang.add_parser(
+        "setup", help="build its environment, router and model, start nothing"
+    )
     setup.set_defaults(run=_sglang_setup)
-    down = sglang.add_parser("down", help="stop it")
+    down = sglang.add_parser("down", help="stop it (or the router and its workers)")
     down.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
     down.set_defaults(run=_sglang_down)
 

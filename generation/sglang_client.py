@@ -264,14 +264,16 @@ class SGLangClient:
         task.add_done_callback(self._background.discard)
 
     async def health(self, timeout_s: float = 2.0) -> bool:
-        """Whether the server takes requests. `/ready` answers at once; `/health` (servers
-        without `/ready`) generates one token and takes at least a second in SGLang 0.5."""
+        """Whether the server takes requests. An SGLang server answers `/ready` at once;
+        sglang-router has no `/ready` and answers `/readiness` (503 until a worker is healthy;
+        its `/health` is always 200); `/health` (servers with neither) generates one token and
+        takes at least a second in SGLang 0.5."""
         try:
-            response = await self._http.get(f"{self.base_url}/ready", timeout=timeout_s)
-            if response.status_code == 404:
-                response = await self._http.get(
-                    f"{self.base_url}/health", timeout=max(timeout_s, 5.0)
-                )
+            for path in ("/ready", "/readiness"):
+                response = await self._http.get(f"{self.base_url}{path}", timeout=timeout_s)
+                if response.status_code != 404:
+                    return response.status_code == 200
+            response = await self._http.get(f"{self.base_url}/health", timeout=max(timeout_s, 5.0))
         except httpx.HTTPError:
             return False
         return response.status_code == 200

