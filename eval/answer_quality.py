@@ -19,9 +19,9 @@ a `citation` event's passage or an `[n]` marker mapped to the n-th source, `abst
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,12 +30,15 @@ import httpx
 import numpy as np
 from tqdm import tqdm
 
+from answer_service.components import Components
 from answer_service.errors import ServiceError
 from answer_service.events import AnswerRequest, DoneEvent, ErrorEvent, SourcesEvent, TokenEvent
 from answer_service.pipeline import AnswerPipeline
+from answer_service.settings import Settings
 from answer_service.sse_client import iter_events
 from budget import Deadline
 from eval.checkpoint import RunCheckpoint
+from eval.latency_stats import percentiles
 from eval.squad_metrics import (
     abstains,
     answer_recall,
@@ -47,8 +50,7 @@ from eval.squad_metrics import (
     strip_citations,
 )
 from retrieval.errors import CorpusFormatError
-
-PERCENTILES = (50, 90, 95, 99)
+from retrieval.jsonl import json_objects, unique_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,30 +65,17 @@ def read_questions(path: Path) -> list[Question]:
     """Questions JSONL; a bad line is refused with its line number."""
     questions: list[Question] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusFormatError(path, line_no, f"not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise CorpusFormatError(path, line_no, "expected a JSON object")
-            question_id, text = record.get("_id"), record.get("question")
-            answers, gold = record.get("answers", []), record.get("gold_passage_id")
-            if not isinstance(question_id, str) or not question_id:
-                raise CorpusFormatError(path, line_no, "`_id` must be a non-empty string")
-            if not isinstance(text, str) or not text.strip():
-                raise CorpusFormatError(path, line_no, "`question` must be a non-empty string")
-            if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-                raise CorpusFormatError(path, line_no, "`answers` must be a list of strings")
-            if gold is not None and (not isinstance(gold, str) or not gold):
-                raise CorpusFormatError(path, line_no, "`gold_passage_id` must be a string")
-            if question_id in seen:
-                raise CorpusFormatError(path, line_no, f"duplicate `_id` {question_id!r}")
-            seen.add(question_id)
-            questions.append(Question(question_id, text, tuple(answers), gold))
+    for line_no, record in json_objects(path):
+        question_id = unique_id(path, line_no, record, seen)
+        text = record.get("question")
+        answers, gold = record.get("answers", []), record.get("gold_passage_id")
+        if not isinstance(text, str) or not text.strip():
+            raise CorpusFormatError(path, line_no, "`question` must be a non-empty string")
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            raise CorpusFormatError(path, line_no, "`answers` must be a list of strings")
+        if gold is not None and (not isinstance(gold, str) or not gold):
+            raise CorpusFormatError(path, line_no, "`gold_passage_id` must be a string")
+        questions.append(Question(question_id, text, tuple(answers), gold))
     return questions
 
 
@@ -195,6 +184,20 @@ class InProcessAnswering:
         return collector.record()
 
 
+@contextlib.asynccontextmanager
+async def in_process_answering(settings: Settings) -> AsyncIterator[InProcessAnswering]:
+    """The service's components built from `settings` and warmed up, as an answering source."""
+    components = Components.create(settings)
+    try:
+        components.start_warm_up()
+        await components.wait_ready()
+        if components.pipeline is None:
+            raise ServiceError(f"warm-up failed: {components.warm_up_error}")
+        yield InProcessAnswering(components.pipeline)
+    finally:
+        await components.aclose()
+
+
 class HttpAnswering:
     """A running service's `POST /v1/answer` stream."""
 
@@ -258,14 +261,6 @@ async def collect_answers(
 
 def _mean(values: Sequence[float]) -> float | None:
     return round(float(np.mean(values)), 4) if values else None
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float | None]:
-    """p50/p90/p95/p99 (numpy's linear interpolation); None for an empty list."""
-    if not values:
-        return {f"p{p}": None for p in PERCENTILES}
-    found = np.percentile(np.asarray(values, dtype=float), PERCENTILES)
-    return {f"p{p}": round(float(v), 1) for p, v in zip(PERCENTILES, found, strict=True)}
 
 
 def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]) -> dict[str, Any]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
+import random
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -16,18 +18,19 @@ from typing import Any
 
 import httpx
 
-from answer_service.components import Components
 from answer_service.errors import ServiceError
 from answer_service.settings import Settings
 from eval.answer_quality import (
+    AnsweringSource,
     HttpAnswering,
-    InProcessAnswering,
     collect_answers,
+    in_process_answering,
     read_questions,
     score_answers,
 )
 from eval.checkpoint import RunCheckpoint
 from eval.load_cli import add_load_command
+from eval.report import add_report_command
 from eval.results import write_result as _write
 from eval.retrieval_quality import HttpRanking, InProcessRanking, evaluate_retrieval
 from retrieval.corpus import corpus_checksum
@@ -103,12 +106,17 @@ async def _retrieval(args: argparse.Namespace) -> int:
 
 async def _answers(args: argparse.Namespace) -> int:
     questions = read_questions(args.questions)
+    if args.sample is not None and args.sample < len(questions):
+        chosen = set(random.Random(args.seed).sample(range(len(questions)), args.sample))
+        questions = [q for n, q in enumerate(questions) if n in chosen]
     if args.limit is not None:
         questions = questions[: args.limit]
     identity = {
         "command": "answers",
         "questions": str(args.questions),
         "limit": args.limit,
+        "sample": args.sample,
+        "seed": args.seed,
         "passages": corpus_checksum(args.passages) if args.passages else None,
         "url": args.url,
         "ttft_budget_ms": args.ttft_budget_ms,
@@ -117,35 +125,24 @@ async def _answers(args: argparse.Namespace) -> int:
     checkpoint = RunCheckpoint(args.out, identity)
     config: dict[str, Any] = {**identity, "concurrency": args.concurrency}
     try:
-        if args.url:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(args.request_timeout_s)) as http:
-                records = await collect_answers(
-                    HttpAnswering(http, args.url),
-                    questions,
-                    checkpoint,
-                    budget_ms=args.ttft_budget_ms,
-                    top_k=args.top_k,
-                    concurrency=args.concurrency,
-                )
-        else:
-            settings = await asyncio.to_thread(_in_process_settings, args)
-            config["settings"] = settings.model_dump(mode="json")
-            components = Components.create(settings)
-            try:
-                components.start_warm_up()
-                await components.wait_ready()
-                if components.pipeline is None:
-                    raise ServiceError(f"warm-up failed: {components.warm_up_error}")
-                records = await collect_answers(
-                    InProcessAnswering(components.pipeline),
-                    questions,
-                    checkpoint,
-                    budget_ms=args.ttft_budget_ms,
-                    top_k=args.top_k,
-                    concurrency=args.concurrency,
-                )
-            finally:
-                await components.aclose()
+        async with contextlib.AsyncExitStack() as stack:
+            source: AnsweringSource
+            if args.url:
+                timeout = httpx.Timeout(args.request_timeout_s)
+                http = await stack.enter_async_context(httpx.AsyncClient(timeout=timeout))
+                source = HttpAnswering(http, args.url)
+            else:
+                settings = await asyncio.to_thread(_in_process_settings, args)
+                config["settings"] = settings.model_dump(mode="json")
+                source = await stack.enter_async_context(in_process_answering(settings))
+            records = await collect_answers(
+                source,
+                questions,
+                checkpoint,
+                budget_ms=args.ttft_budget_ms,
+                top_k=args.top_k,
+                concurrency=args.concurrency,
+            )
     except BaseException:
         checkpoint.close()
         raise
@@ -210,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     answers.add_argument("--embedder", default=DEFAULT_EMBEDDER)
     answers.add_argument("--limit", type=int, help="only the first N questions")
+    answers.add_argument("--sample", type=int, help="a seeded random N of the questions")
+    answers.add_argument("--seed", type=int, default=0)
     answers.add_argument("--ttft-budget-ms", type=int, default=3000)
     answers.add_argument("--top-k", type=int, default=5, help="passages per answer")
     answers.add_argument("--concurrency", type=int, default=1, help="questions in flight")
@@ -217,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     answers.add_argument("--out", type=Path, required=True)
     answers.set_defaults(run=_answers)
     add_load_command(commands)
+    add_report_command(commands)
     return parser
 
 

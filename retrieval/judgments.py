@@ -3,11 +3,11 @@ the header `query-id corpus-id score`). Bad lines are refused with their line nu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from retrieval.errors import CorpusFormatError
+from retrieval.jsonl import json_objects, unique_id
 
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 
@@ -21,25 +21,12 @@ class Query:
 def read_queries(path: Path) -> list[Query]:
     queries: list[Query] = []
     seen: set[str] = set()
-    with path.open(encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusFormatError(path, line_no, f"not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise CorpusFormatError(path, line_no, "expected a JSON object")
-            query_id, text = record.get("_id"), record.get("text")
-            if not isinstance(query_id, str) or not query_id:
-                raise CorpusFormatError(path, line_no, "`_id` must be a non-empty string")
-            if not isinstance(text, str) or not text.strip():
-                raise CorpusFormatError(path, line_no, "`text` must be a non-empty string")
-            if query_id in seen:
-                raise CorpusFormatError(path, line_no, f"duplicate `_id` {query_id!r}")
-            seen.add(query_id)
-            queries.append(Query(query_id, text))
+    for line_no, record in json_objects(path):
+        query_id = unique_id(path, line_no, record, seen)
+        text = record.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise CorpusFormatError(path, line_no, "`text` must be a non-empty string")
+        queries.append(Query(query_id, text))
     return queries
 
 

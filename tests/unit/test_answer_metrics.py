@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.answer_quality import AnswerRecord, Question, percentiles, read_questions, score_answers
+from eval.answer_quality import AnswerRecord, Question, read_questions, score_answers
 from eval.squad_metrics import (
     abstains,
     answer_recall,
@@ -110,16 +110,6 @@ def test_score_answers_by_hand() -> None:
     assert metrics["ttft_ms"]["p50"] == 100.0
     assert metrics["ok"] == 3
     assert metrics["errored"] == 0
-
-
-def test_percentiles_interpolate_linearly() -> None:
-    assert percentiles([1.0, 2.0, 3.0, 4.0, 5.0]) == {
-        "p50": 3.0,
-        "p90": 4.6,
-        "p95": 4.8,
-        "p99": 5.0,
-    }
-    assert percentiles([])["p99"] is None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,55 @@
+"""The result file every `answer-eval` command writes: its metrics under `metrics`, with the
+configuration, dataset counts, software versions and a timestamp beside them."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+_PACKAGES = (
+    "answer-service",
+    "faiss-cpu",
+    "sentence-transformers",
+    "torch",
+    "bm25s",
+    "ir-measures",
+    "transformers",
+    "httpx",
+    "numpy",
+)
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for package in _PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def write_result(
+    out: Path,
+    command: str,
+    config: dict[str, Any],
+    dataset: dict[str, Any],
+    metrics: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """Write the result JSON; `extra` adds top-level keys (e.g. the raw per-request records)."""
+    result = {
+        "command": command,
+        "metrics": metrics,
+        "config": config,
+        "dataset": dataset,
+        "versions": software_versions(),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        **(extra or {}),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
