@@ -187,6 +187,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         retrieval_mode=settings.retrieval_mode,
         prompt_layout=settings.prompt_layout,
         routing=settings.sglang_routing,
+        cache_slack=settings.prompt_cache_slack,
         search_depth=SearchDepth(
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),

@@ -92,6 +92,7 @@ class PipelineConfig:
     retrieval_mode: RetrievalMode = "hybrid"
     prompt_layout: PromptLayout = "cache_aware"
     routing: RoutingPolicy = "prefix"
+    cache_slack: int = 0
 
 
 @dataclass(slots=True)
@@ -242,8 +243,10 @@ class AnswerPipeline:
     ) -> PreparedAnswer:
         scored = retrieved.passages
         started_s = time.perf_counter()
-        prompt = await self._build_prompt(request.query, scored, self.router.tree(worker))
-        sources = numbered_sources(scored, prompt, self._config.snippet_chars)
+        prompt = await self._build_prompt(
+            request.query, scored, request.top_k, self.router.tree(worker)
+        )
+        sources = numbered_sources(scored, prompt, request.top_k, self._config.snippet_chars)
         prompt_ms = (time.perf_counter() - started_s) * 1000.0
         generate_span = self._tracer.start_span(
             "generate",
@@ -289,11 +292,8 @@ class AnswerPipeline:
 
     async def _retrieve(self, request: AnswerRequest, deadline: Deadline) -> Retrieved:
         reranker = self._retriever.reranker
-        k = (
-            request.top_k
-            if reranker is None
-            else max(request.top_k, self._config.rerank_candidates)
-        )
+        wanted = self._candidates(request)
+        k = wanted if reranker is None else max(wanted, self._config.rerank_candidates)
         mode = self._mode()
         try:
             vector = await self._embed(request, deadline) if mode != "lexical" else None
@@ -350,31 +350,35 @@ class AnswerPipeline:
             span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
         return vector
 
+    def _candidates(self, request: AnswerRequest) -> int:
+        """Passages retrieval hands on: `top_k`, plus the cache slack of the layout."""
+        slack = self._config.cache_slack if self._config.prompt_layout == "cache_aware" else 0
+        return request.top_k + slack
+
     async def _rerank(
         self, request: AnswerRequest, candidates: list[ScoredPassage], deadline: Deadline
     ) -> Reranked:
         reranker = self._retriever.reranker
+        wanted = self._candidates(request)
         if reranker is None:
-            return Reranked(candidates[: request.top_k], 0.0)
+            return Reranked(candidates[:wanted], 0.0)
         with self._tracer.start_as_current_span(
             "rerank",
             attributes={
                 "answer.stage.budget_ms": deadline.remaining_ms(),
                 "rerank.model": reranker.name,
                 "rerank.candidates": len(candidates),
-                "rerank.top_n": request.top_k,
+                "rerank.top_n": wanted,
             },
         ) as span:
-            reranked = await self._retriever.rerank(
-                request.query, candidates, request.top_k, deadline
-            )
+            reranked = await self._retriever.rerank(request.query, candidates, wanted, deadline)
             span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)
             if reranked.degraded is not None:
                 span.set_attribute("answer.degraded", reranked.degraded)
         return reranked
 
     async def _build_prompt(
-        self, question: str, scored: list[ScoredPassage], tree: PrefixTree
+        self, question: str, scored: list[ScoredPassage], top_k: int, tree: PrefixTree
     ) -> Prompt:
         passages = [
             ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
@@ -389,6 +393,8 @@ class AnswerPipeline:
                 max_prompt_tokens=self._config.max_prompt_tokens,
                 layout=self._config.prompt_layout,
                 tree=tree,
+                limit=top_k,
+                slack=self._config.cache_slack,
             )
         except GenerationError as exc:
             raise InvalidRequestError(str(exc)) from exc

@@ -35,12 +35,13 @@ def depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
 
 
 def numbered_sources(
-    scored: list[ScoredPassage], prompt: Prompt, snippet_chars: int
+    scored: list[ScoredPassage], prompt: Prompt, top_k: int, snippet_chars: int
 ) -> tuple[Source, ...]:
     """Sources numbered as the prompt numbers them ([n] in the answer is source n), in prompt
-    order; passages that did not fit follow in retrieval order."""
+    order; passages of the best `top_k` that are not in the prompt (they did not fit, or a
+    cached one took their place) follow in retrieval order."""
     in_prompt = {p.source_id: p.number for p in prompt.passages}
-    left_out = (sp for sp in scored if sp.passage.passage_id not in in_prompt)
+    left_out = (sp for sp in scored[:top_k] if sp.passage.passage_id not in in_prompt)
     by_id = {sp.passage.passage_id: sp for sp in scored}
     placed = [(p.number, by_id[p.source_id]) for p in prompt.passages]
     placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]

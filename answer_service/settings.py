@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     # Passage order in the prompt: cache_aware continues the prefix SGLang most likely holds
     # (see generation/prefix_order.py); relevance keeps the retrieval order.
     prompt_layout: Literal["relevance", "stable", "cache_aware"] = "cache_aware"
+    # cache_aware only: up to this many of the last places may go to passages ranked just
+    # below top_k when they continue a cached prefix (0: reorder only, never substitute).
+    prompt_cache_slack: int = Field(default=0, ge=0, le=20)
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
 

@@ -123,14 +123,35 @@ class PassageOrder:
 
 
 def order_ids(
-    passage_ids: Sequence[str], layout: PromptLayout, tree: PrefixTree | None = None
+    passage_ids: Sequence[str],
+    layout: PromptLayout,
+    tree: PrefixTree | None = None,
+    *,
+    limit: int | None = None,
+    slack: int = 0,
 ) -> PassageOrder:
-    """The prompt order of `passage_ids` (given best first) under `layout`."""
+    """The prompt's passages and their order under `layout`.
+
+    `passage_ids` come best first; the prompt takes `limit` of them (default: all). With
+    `cache_aware` and a `slack`, up to `slack` of the last places may go to passages ranked
+    just below `limit` (the candidates are the first `limit + slack`) when they continue a
+    remembered prefix: the best `limit - slack` are always in. That trades a little relevance
+    at the tail of the context for a longer cached prefix; its effect on answers is measured in
+    the prefix-reuse benchmark.
+    """
+    limit = len(passage_ids) if limit is None else max(min(limit, len(passage_ids)), 0)
     if layout == "relevance":
-        return PassageOrder(tuple(passage_ids))
+        return PassageOrder(tuple(passage_ids[:limit]))
     if layout == "stable" or tree is None:
-        return PassageOrder(tuple(sorted(passage_ids)))
-    prefix = tree.longest_prefix(passage_ids).passage_ids
+        return PassageOrder(tuple(sorted(passage_ids[:limit])))
+    slack = max(min(slack, limit), 0)
+    candidates = list(passage_ids[: limit + slack])
+    prefix = list(tree.longest_prefix(candidates).passage_ids[:limit])
+    required = candidates[: limit - slack]
+    while len(prefix) + sum(pid not in prefix for pid in required) > limit:
+        prefix.pop()
     taken = set(prefix)
-    rest = sorted(pid for pid in passage_ids if pid not in taken)
-    return PassageOrder((*prefix, *rest), len(prefix))
+    rest = [pid for pid in required if pid not in taken]
+    rest += [pid for pid in candidates if pid not in taken and pid not in rest]
+    rest = rest[: limit - len(prefix)]
+    return PassageOrder((*prefix, *sorted(rest)), len(prefix))

@@ -127,12 +127,16 @@ def _user_message(question: str, passages: Sequence[ContextPassage]) -> str:
 
 
 def _laid_out(
-    passages: Sequence[ContextPassage], layout: PromptLayout, tree: PrefixTree | None
+    passages: Sequence[ContextPassage],
+    layout: PromptLayout,
+    tree: PrefixTree | None,
+    limit: int,
+    slack: int,
 ) -> tuple[list[ContextPassage], int]:
     """The passages in prompt order, numbered 1..n by position, and how many of the first ones
     continue a remembered prefix."""
     by_id = {p.source_id: p for p in passages}
-    order = order_ids(list(by_id), layout, tree)
+    order = order_ids(list(by_id), layout, tree, limit=limit, slack=slack)
     numbered = [
         dataclasses.replace(by_id[pid], number=n)
         for n, pid in enumerate(order.passage_ids, start=1)
@@ -148,17 +152,22 @@ def build_prompt(
     max_prompt_tokens: int,
     layout: PromptLayout = "relevance",
     tree: PrefixTree | None = None,
+    limit: int | None = None,
+    slack: int = 0,
 ) -> Prompt:
-    """Lay the prompt out: keep the best-ranked passages (given best first) that fit, put them
-    in the order `layout` chooses, and number them by position.
+    """Lay the prompt out: keep the best-ranked `limit` passages (given best first; default
+    all) that fit, put them in the order `layout` chooses, and number them by position. With
+    `cache_aware` and a `slack`, passages ranked just below `limit` may take up to `slack` of
+    the last places where they continue a cached prefix (`prefix_order.order_ids`).
 
     With a `tree` (the prefixes recently sent to the worker that will serve this prompt), the
     chosen order is remembered there, and `expected_cached_tokens` estimates the prefix that
     worker still holds: the system prompt and the passages continuing a remembered sequence.
     """
-    kept = list(passages)
+    wanted = len(passages) if limit is None else min(limit, len(passages))
+    kept = wanted
     while True:
-        ordered, matched = _laid_out(kept, layout, tree)
+        ordered, matched = _laid_out(passages, layout, tree, kept, slack)
         messages = [
             ChatMessage("system", SYSTEM_PROMPT),
             ChatMessage("user", _user_message(question, ordered)),
@@ -167,7 +176,7 @@ def build_prompt(
         prompt_tokens = template.count_tokens(text)
         if prompt_tokens <= max_prompt_tokens or not kept:
             break
-        kept.pop()
+        kept -= 1
     if prompt_tokens > max_prompt_tokens:
         raise GenerationError(
             f"the question alone takes {prompt_tokens} prompt tokens, more than the "
@@ -182,7 +191,7 @@ def build_prompt(
         text,
         prompt_tokens,
         tuple(ordered),
-        len(passages) - len(kept),
+        wanted - kept,
         layout=layout,
         expected_cached_tokens=expected_cached,
     )

@@ -125,3 +125,35 @@ def test_fitting_drops_the_lowest_ranked_not_the_last_in_layout() -> None:
     prompt = build_prompt("q?", ranked, template, max_prompt_tokens=budget, layout="stable")
     assert [p.source_id for p in prompt.passages] == ["y", "z"]
     assert prompt.dropped_passages == 1
+
+
+def test_slack_lets_a_cached_passage_take_a_last_place() -> None:
+    tree = PrefixTree()
+    tree.insert(["b", "f", "a"])
+    ranked = ["a", "b", "c", "d", "e", "f", "g"]  # best first; "f" is 6th
+    # Without slack the prompt keeps the best five; only "b" can continue ["b", "f", ...].
+    plain = order_ids(ranked, "cache_aware", tree, limit=5)
+    assert plain.passage_ids == ("b", "a", "c", "d", "e")
+    assert plain.continued == 1
+    # With slack 1, "f" replaces the 5th-ranked "e": the remembered "b, f, a" is continued.
+    slack = order_ids(ranked, "cache_aware", tree, limit=5, slack=1)
+    assert slack.passage_ids == ("b", "f", "a", "c", "d")
+    assert slack.continued == 3
+
+
+def test_slack_never_drops_the_best_ranked() -> None:
+    tree = PrefixTree()
+    tree.insert(["f", "g", "h", "b"])
+    ranked = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    order = order_ids(ranked, "cache_aware", tree, limit=5, slack=2)
+    # "a", "b", "c" (the best limit - slack) must stay: the prefix is cut to make room.
+    assert {"a", "b", "c"} <= set(order.passage_ids)
+    assert order.passage_ids[:2] == ("f", "g")
+    assert order.continued == 2
+    assert len(order.passage_ids) == 5
+
+
+def test_relevance_and_stable_take_the_best_limit() -> None:
+    ranked = ["c", "a", "b"]
+    assert order_ids(ranked, "relevance", limit=2).passage_ids == ("c", "a")
+    assert order_ids(ranked, "stable", limit=2, slack=1).passage_ids == ("a", "c")
