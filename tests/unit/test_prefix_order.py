@@ -8,18 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from generation.prefix_order import PrefixTree, order_ids
-from generation.prompt_layout import ChatMessage, ContextPassage, build_prompt
-
-
-class WordTemplate:
-    def warm_up(self) -> None:
-        pass
-
-    def render(self, messages: Sequence[ChatMessage]) -> str:
-        return "\n".join(f"{m.role}: {m.content}" for m in messages)
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
+from generation.prompt_layout import ContextPassage, build_prompt
+from tests.fakes.word_template import WordTemplate
 
 
 def _passages(ids: Sequence[str]) -> list[ContextPassage]:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -8,26 +7,12 @@ import pytest
 from generation.errors import GenerationError
 from generation.prompt_layout import (
     SYSTEM_PROMPT,
-    ChatMessage,
     ContextPassage,
     HFChatTemplate,
     build_prompt,
     render_passage,
 )
-
-
-class WordTemplate:
-    """Renders `role: content` lines and counts whitespace words."""
-
-    def warm_up(self) -> None:
-        pass
-
-    def render(self, messages: Sequence[ChatMessage]) -> str:
-        return "\n".join(f"{m.role}: {m.content}" for m in messages)
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
+from tests.fakes.word_template import WordTemplate
 
 PASSAGES = [
     ContextPassage(1, "a#0", "Alpha", "one two three"),
