@@ -11,8 +11,9 @@ Two ways to apply load, one level at a time:
   as the previous one ends, until the duration is over.
 
 `run_levels` runs a sweep, level by level, and checkpoints each finished level: a resumed run
-does not repeat a level it finished. Every level asks the same questions in the same order
-(the file's, or a seeded shuffle), so levels differ only in load.
+does not repeat a level it finished. The questions keep one order (the file's, or a seeded
+shuffle); level i of n starts at question i x len/n, so no level asks what an earlier level
+asked (that answer would come from SGLang's prefix cache and flatter the later level).
 
 Each request in flight holds a keep-alive connection of its own (`DedicatedClients`), so it
 never waits for one on the client side; `SharedClient` (one `httpx.AsyncClient` and its pool)
@@ -427,11 +428,15 @@ async def run_levels(
                     bar, index * config.duration_s, config.duration_s, partial(_status, key, tally)
                 )
             )
+            # Each level starts its own share of the questions: a question an earlier level
+            # asked would be answered from the prefix cache and flatter the later level.
+            start = index * (len(questions) // len(levels))
+            asked = [*questions[start:], *questions[:start]]
             try:
                 if kind == "rate":
-                    run = await run_open_loop(clients, config, questions, level, count)
+                    run = await run_open_loop(clients, config, asked, level, count)
                 else:
-                    run = await run_closed_loop(clients, config, questions, int(level), count)
+                    run = await run_closed_loop(clients, config, asked, int(level), count)
             finally:
                 ticker.cancel()
                 await asyncio.gather(ticker, return_exceptions=True)

@@ -176,8 +176,11 @@ def test_open_loop_sweep_counts_and_attainment(
         assert level["stage_p50_ms"] == {"embed": 1.0, "search": 2.0, "generate": 5.0}
         # Recorded; not bounded tightly here, where other tests may share the 2 cores.
         assert level["schedule_lag_ms"]["p50"] < 100.0
-    # Questions in file order: the first arrivals ask the first questions.
+    # Questions in file order: the first arrivals ask the first questions; the second of the
+    # two levels starts half-way through the file (with a long file, no repeats across levels).
     assert [r.question_id for r in records[:3]] == ["fast-0", "fast-1", "slow-2"]
+    second = [r.question_id for r in records if r.rate_rps == 40.0]
+    assert second[0] == f"{KINDS[len(KINDS) // 2]}-{len(KINDS) // 2}"
     assert result["metrics"]["goodput_rps"] == 0.0  # half the questions miss at every rate
     sent = sum(level["sent"] for level in levels)
     assert len(log.requests) == sent
