@@ -11,6 +11,7 @@ from typing import Any
 class RunCheckpoint:
     def __init__(self, out: Path, identity: dict[str, Any]) -> None:
         self.path = out.with_name(out.name + ".partial.jsonl")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._identity = json.dumps(identity, sort_keys=True)
         self.done: dict[str, Any] = self._load()
         self._file = self.path.open("a", encoding="utf-8")

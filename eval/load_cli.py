@@ -136,7 +136,6 @@ async def _load(args: argparse.Namespace) -> int:
         cooldown_s=args.cooldown_s,
     )
     identity = _identity(args, kind)
-    args.out.parent.mkdir(parents=True, exist_ok=True)  # the checkpoint goes beside the result
     checkpoint = RunCheckpoint(args.out, identity)
     try:
         async with aclosing(DedicatedClients(config)) as clients:

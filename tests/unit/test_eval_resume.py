@@ -58,3 +58,11 @@ def test_a_different_run_does_not_reuse_a_checkpoint(tmp_path: Path) -> None:
     first.close()
     assert RunCheckpoint(out, {"run": 2}).done == {}
     assert RunCheckpoint(out, {"run": 1}).done == {}, "the other run's checkpoint was dropped"
+
+
+def test_the_checkpoint_goes_into_a_folder_that_does_not_exist_yet(tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deeper" / "result.json"
+    checkpoint = RunCheckpoint(out, {"run": 1})
+    checkpoint.record("q0", [1])
+    checkpoint.close()
+    assert RunCheckpoint(out, {"run": 1}).done == {"q0": [1]}
