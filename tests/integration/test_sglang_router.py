@@ -254,7 +254,12 @@ def test_stream_through_the_router(fleet: SGLangFleet) -> None:
 
     chunks = list(_events(iter(lines)))
     assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
-    assert len(chunks) == 8
+    # Streamed: several chunks, one per decode step at most (SGLang sends two tokens in one
+    # chunk when its detokenizer falls behind, as it did in a CI run on two busy cores).
+    assert 2 <= len(chunks) <= 8
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == sorted(
+        c["meta_info"]["completion_tokens"] for c in chunks
+    )
     meta = chunks[-1]["meta_info"]
     assert meta["id"] == rid  # the caller's rid reaches the worker unchanged
     assert meta["finish_reason"]["type"] == "length"
