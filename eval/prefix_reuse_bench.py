@@ -282,7 +282,10 @@ def _variant_metrics(
     }
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the workers (and routers), then answer the workload once per variant. The
+    orchestration blocks (process starts, cache flushes, metrics scrapes); only the answering
+    runs in an event loop, one per variant."""
     items = zipf_workload(_topics(args.data), args.requests, args.zipf, args.seed)
     model_dir = ensure_smollm2_model(SGLangServerConfig().cache_dir)
     chosen = [v for v in VARIANTS if v.name in args.variants]
@@ -311,7 +314,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     started = time.perf_counter()
                     logger.info("variant %s: %d requests via %s", variant.name, len(items), url)
                     targets = urls if variant.service_routing else [url]
-                    records = await _answer_all(targets, variant, items, args, model_dir, scratch)
+                    records = asyncio.run(
+                        _answer_all(targets, variant, items, args, model_dir, scratch)
+                    )
                     seconds = time.perf_counter() - started
                     after = {u: worker_tokens(u) for u in urls}
                 per_worker = {
@@ -357,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.index / "manifest.json").is_file():
         corpus = combined_corpus(args.data, args.index.with_name(args.index.name + "-corpus.jsonl"))
         build_index(corpus, args.index, SentenceTransformerEmbedder(EmbedderConfig()))
-    outcome = asyncio.run(run(args))
+    outcome = run(args)
     items: list[WorkItem] = outcome["items"]
     results: dict[str, Any] = outcome["results"]
     requests = {name: result.pop("requests") for name, result in results.items()}
