@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
@@ -31,6 +31,7 @@ from answer_service.events import (
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
+    PlanEvent,
     SourcesEvent,
     TokenEvent,
 )
@@ -42,6 +43,7 @@ from answer_service.schemas import (
     ErrorPayload,
     ErrorResponse,
     ModesOut,
+    PlanPayload,
     ReadyOut,
     RetrieveBody,
     RetrievedOut,
@@ -91,7 +93,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
 
-def _answer_request(body: AnswerBody, settings: Settings) -> AnswerRequest:
+def _answer_request(body: AnswerBody, settings: Settings, tier: str | None) -> AnswerRequest:
     query = body.query.strip()
     if not query:
         raise InvalidRequestError("`query` must contain non-whitespace text")
@@ -107,14 +109,27 @@ def _answer_request(body: AnswerBody, settings: Settings) -> AnswerRequest:
     top_k = body.top_k or settings.default_top_k
     if top_k > settings.max_top_k:
         raise InvalidRequestError(f"`top_k` is {top_k}; the limit is {settings.max_top_k}")
-    return AnswerRequest(query=query, ttft_budget_ms=budget_ms, top_k=top_k)
+    tier = tier.strip() if tier is not None else settings.default_tier
+    if tier not in settings.tier_weights:
+        raise InvalidRequestError(
+            f"unknown tenant tier {tier!r} in X-Tenant-Tier; tiers: {sorted(settings.tier_weights)}"
+        )
+    return AnswerRequest(
+        query=query,
+        ttft_budget_ms=budget_ms,
+        top_k=top_k,
+        tier=tier,
+        allow_sources_only=body.allow_sources_only,
+    )
 
 
 def _sse(event: PipelineEvent) -> bytes:
     match event:
+        case PlanEvent(record):
+            payload: Any = PlanPayload.of(record)
+            name = "plan"
         case SourcesEvent(sources):
-            payload: Any = SourcesPayload(sources=[SourceOut.of(s) for s in sources])
-            name = "sources"
+            payload, name = SourcesPayload(sources=[SourceOut.of(s) for s in sources]), "sources"
         case TokenEvent(text):
             payload, name = TokenPayload(text=text), "token"
         case ErrorEvent():
@@ -163,6 +178,7 @@ async def _collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> JSONRe
     assert done is not None, "the pipeline always ends with done"
     body = AnswerOut(
         answer="".join(parts),
+        plan=PlanPayload.of(prepared.plan),
         sources=[SourceOut.of(s) for s in prepared.sources],
         done=DonePayload.of(done.stats),
         error=ErrorPayload.of(error) if error else None,
@@ -181,8 +197,13 @@ async def _collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> JSONRe
         504: {"model": ErrorResponse},
     },
 )
-async def answer(body: AnswerBody, components: ComponentsDep, http_request: Request) -> Any:
-    request = _answer_request(body, components.settings)
+async def answer(
+    body: AnswerBody,
+    components: ComponentsDep,
+    http_request: Request,
+    x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
+) -> Any:
+    request = _answer_request(body, components.settings, x_tenant_tier)
     deadline = Deadline.after_ms(request.ttft_budget_ms)
     pipeline = components.pipeline
     if pipeline is None:

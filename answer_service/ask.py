@@ -28,7 +28,9 @@ async def ask(url: str, question: str, budget_ms: int | None, top_k: int | None)
                     print(f"error {response.status_code}: {response.text}", file=sys.stderr)
                     return 1
                 async for event in iter_events(response):
-                    if event.event == "sources":
+                    if event.event == "plan":
+                        out.write(_plan_line(event.data))
+                    elif event.event == "sources":
                         out.write("Sources:\n")
                         for source in event.data["sources"]:
                             out.write(
@@ -48,6 +50,18 @@ async def ask(url: str, question: str, budget_ms: int | None, top_k: int | None)
             print(f"error: cannot reach {url}: {exc}", file=sys.stderr)
             return 1
     return 0
+
+
+def _plan_line(plan: dict[str, object]) -> str:
+    predicted = plan["predicted_ms"]
+    total = sum(predicted.values()) if isinstance(predicted, dict) else 0.0
+    cuts = plan["cuts"] if isinstance(plan["cuts"], list) else []
+    cut_text = "; ".join(f"{c['stage']} {c['planned']}->{c['done']}: {c['reason']}" for c in cuts)
+    return (
+        f"Plan ({'planner' if plan['planner'] else 'fixed'}, tier {plan['tier']}): rerank "
+        f"{plan['rerank_depth']}, {plan['passages']} passages, first token predicted in "
+        f"{total:.0f} ms of {plan['budget_ms']:.0f}{'; cuts: ' + cut_text if cut_text else ''}\n"
+    )
 
 
 def _summary(done: dict[str, object], started_s: float, first_token_s: float | None) -> None:

@@ -15,6 +15,7 @@ import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
+from answer_service.planning import PlanningConfig
 from answer_service.settings import Settings
 from answer_service.telemetry import RecentTraces, build_tracer_provider
 from generation.errors import GenerationError
@@ -177,13 +178,11 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         max_prompt_tokens=settings.max_prompt_tokens,
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
-        retrieval_share=settings.retrieval_share,
         retrieval_floor_ms=settings.retrieval_floor_ms,
         ttft_timeout_factor=settings.ttft_timeout_factor,
         next_token_timeout_s=settings.next_token_timeout_s,
         sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
         snippet_chars=settings.snippet_chars,
-        rerank_candidates=settings.rerank_candidates,
         retrieval_mode=settings.retrieval_mode,
         prompt_layout=settings.prompt_layout,
         routing=settings.sglang_routing,
@@ -192,4 +191,18 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),
         record_content=settings.record_content,
+        planning=PlanningConfig(
+            enabled=settings.planner,
+            rerank_depths=tuple(settings.planner_rerank_depths),
+            fixed_rerank_depth=settings.rerank_candidates,
+            retrieve_slack=settings.prompt_cache_slack
+            if settings.prompt_layout == "cache_aware"
+            else 0,
+            margin_fraction=settings.planner_margin_fraction,
+            margin_ms=settings.planner_margin_ms,
+            slots_per_worker=settings.generation_slots_per_worker,
+            tier_weights=tuple(settings.tier_weights.items()),
+            default_tier=settings.default_tier,
+            tier_max_wait_ms=settings.tier_max_wait_ms,
+        ),
     )

@@ -3,6 +3,7 @@
     ServiceError                 base: carries an HTTP status and a stable `code`
     ├── InvalidRequestError      400/422: the request cannot be answered as asked
     ├── NotReadyError            503: warm-up has not finished (index, models, chat template)
+    ├── OverloadedError          503: no plan can make the budget now (with Retry-After)
     ├── UpstreamUnavailableError 503: SGLang cannot be reached
     ├── StageTimeoutError        504: a stage overran its deadline before the stream began
     └── UpstreamError            502: SGLang refused or failed the request
@@ -31,6 +32,11 @@ class InvalidRequestError(ServiceError):
 class NotReadyError(ServiceError):
     status_code = 503
     code = "not_ready"
+
+
+class OverloadedError(ServiceError):
+    status_code = 503
+    code = "overloaded"
 
 
 class UpstreamUnavailableError(ServiceError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from budget.planner import Knobs, StageTimes
 from retrieval.passage import ScoredPassage
 
 
@@ -12,7 +13,39 @@ from retrieval.passage import ScoredPassage
 class AnswerRequest:
     query: str
     ttft_budget_ms: int
+    # The most passages the prompt may hold; the planner may give it fewer.
     top_k: int
+    tier: str = "standard"
+    # When no plan can make the budget: answer with the sources alone instead of refusing.
+    allow_sources_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Work the plan had that the request did not get, and why."""
+
+    stage: str
+    reason: str
+    planned: int
+    done: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRecord:
+    """What the request was planned to do and what it did; the `plan` event."""
+
+    planner: bool
+    tier: str
+    budget_ms: float
+    knobs: Knobs
+    # The plan made at arrival, before any cut.
+    initial: Knobs
+    quality: float
+    predicted_ms: StageTimes
+    actual_ms: StageTimes
+    cuts: tuple[Cut, ...]
+    queue_wait_ms: float
+    worker: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +96,11 @@ class Retrieved:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanEvent:
+    record: PlanRecord
+
+
+@dataclass(frozen=True, slots=True)
 class SourcesEvent:
     sources: tuple[Source, ...]
 
@@ -84,4 +122,4 @@ class DoneEvent:
     stats: AnswerStats
 
 
-PipelineEvent = SourcesEvent | TokenEvent | ErrorEvent | DoneEvent
+PipelineEvent = PlanEvent | SourcesEvent | TokenEvent | ErrorEvent | DoneEvent

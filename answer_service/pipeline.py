@@ -1,9 +1,12 @@
-"""The answer pipeline: embed → search → prompt → generate, each stage a span with a deadline.
+"""The answer pipeline: plan → embed → search → rerank → prompt → generate, each stage a span
+with a deadline slice from the plan.
 
-`prepare()` does everything that can still fail with a plain HTTP error (retrieval, the prompt,
-and opening the SGLang stream up to its response headers); `events()` then yields `sources`,
-the `token` deltas and `done` (or `error` then `done`). No FastAPI here: `eval/` runs the same
-pipeline in-process.
+`prepare()` does everything that can still fail with a plain HTTP error (the plan and its
+admission, retrieval, a generation slot, the prompt, and opening the SGLang stream up to its
+response headers); `events()` then yields `plan`, `sources`, the `token` deltas and `done` (or
+`error` then `done`). A stage that overruns its slice is cut (rerank → retrieval order, fewer
+passages) and the rest re-planned with the time left (answer_service/planning.py). No FastAPI
+here: `eval/` runs the same pipeline in-process.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
+from answer_service.admission import Slot
 from answer_service.errors import (
     InvalidRequestError,
+    OverloadedError,
     ServiceError,
     StageTimeoutError,
     UpstreamError,
@@ -27,30 +32,32 @@ from answer_service.errors import (
 )
 from answer_service.events import (
     AnswerRequest,
-    AnswerStats,
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
+    PlanEvent,
     Retrieved,
-    Source,
     SourcesEvent,
     StageTimings,
     TokenEvent,
 )
 from answer_service.pipeline_values import (
     depth_attributes,
-    end_generate_span,
     error_event,
     numbered_sources,
+    ranked_sources,
 )
+from answer_service.planning import PlanningConfig, PlanTracker, RequestPlanning
+from answer_service.prepared import Generation, PreparedAnswer
 from budget import CacheEstimator, Deadline
+from budget.planner import PromptOption
 from generation.errors import (
     GenerationError,
     PromptTooLongError,
     SGLangRequestError,
     SGLangUnavailableError,
 )
-from generation.prefix_order import PrefixTree, PromptLayout
+from generation.prefix_order import PromptLayout
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
 from generation.sglang_client import (
@@ -80,7 +87,6 @@ class PipelineConfig:
     max_prompt_tokens: int = 1800
     max_new_tokens: int = 160
     temperature: float = 0.0
-    retrieval_share: float = 0.3
     retrieval_floor_ms: int = 250
     ttft_timeout_factor: float = 4.0
     next_token_timeout_s: float = 20.0
@@ -88,86 +94,11 @@ class PipelineConfig:
     snippet_chars: int = 300
     record_content: bool = False
     search_depth: SearchDepth | None = None
-    rerank_candidates: int = 20
     retrieval_mode: RetrievalMode = "hybrid"
     prompt_layout: PromptLayout = "cache_aware"
     routing: RoutingPolicy = "prefix"
     cache_slack: int = 0
-
-
-@dataclass(slots=True)
-class PreparedAnswer:
-    """A request whose sources are known and whose SGLang stream is open.
-
-    Owns the root span, the generate span and the stream: `close_nowait()` releases all three
-    without awaiting, so it is safe from any `finally`, even under cancellation.
-    """
-
-    request: AnswerRequest
-    deadline: Deadline
-    sources: tuple[Source, ...]
-    prompt: Prompt
-    stream: GenerationStream
-    root: Span
-    generate_span: Span
-    timings: StageTimings
-    worker: str = ""
-    cache: CacheEstimator | None = None
-    router: PrefixRouter | None = None
-    degraded: tuple[str, ...] = ()
-    outcome: str = "ok"
-    ttft_ms: float | None = None
-    _closed: bool = field(default=False)
-
-    @property
-    def trace_id(self) -> str:
-        return format(self.root.get_span_context().trace_id, "032x")
-
-    def stats(self) -> AnswerStats:
-        result = self.stream.result
-        return AnswerStats(
-            trace_id=self.trace_id,
-            outcome=self.outcome,
-            ttft_ms=self.ttft_ms,
-            ttft_budget_ms=self.request.ttft_budget_ms,
-            within_budget=self.ttft_ms is not None and self.ttft_ms <= self.request.ttft_budget_ms,
-            stages=self.timings,
-            prompt_tokens=result.prompt_tokens if result else 0,
-            cached_tokens=result.cached_tokens if result else 0,
-            completion_tokens=result.completion_tokens if result else 0,
-            finish_reason=result.finish_reason if result else self.outcome,
-            passages_in_prompt=len(self.prompt.passages),
-            passages_dropped=self.prompt.dropped_passages,
-            degraded=self.degraded,
-            prompt_layout=self.prompt.layout,
-            expected_cached_tokens=self.prompt.expected_cached_tokens,
-            worker=self.worker,
-        )
-
-    def close_nowait(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.stream.close_nowait()
-        end_generate_span(self.generate_span, self.stream.result)
-        if self.router is not None:
-            self.router.release(self.worker)
-        stats = self.stats()
-        if self.cache is not None and self.stream.result is not None:
-            self.cache.observe(
-                self.worker, stats.prompt_tokens, stats.expected_cached_tokens, stats.cached_tokens
-            )
-        self.root.set_attributes(
-            {
-                "answer.outcome": stats.outcome,
-                "answer.within_budget": stats.within_budget,
-                "answer.ttft_ms": stats.ttft_ms if stats.ttft_ms is not None else -1.0,
-                "answer.degraded": stats.degraded,
-            }
-        )
-        if stats.outcome not in ("ok", "cancelled"):
-            self.root.set_status(Status(StatusCode.ERROR, stats.outcome))
-        self.root.end()
+    planning: PlanningConfig = field(default_factory=PlanningConfig)
 
 
 class AnswerPipeline:
@@ -187,6 +118,7 @@ class AnswerPipeline:
         # Per worker: the passage sequences sent there, and how much of them it kept.
         self.router = PrefixRouter(list(self._workers), policy=config.routing)
         self.cache = CacheEstimator()
+        self.planning = RequestPlanning(config.planning, list(self._workers))
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
         """The point past which the first token is given up on: budget x timeout factor."""
@@ -201,6 +133,7 @@ class AnswerPipeline:
             attributes={
                 "answer.ttft_budget_ms": request.ttft_budget_ms,
                 "answer.top_k": request.top_k,
+                "answer.tier": request.tier,
                 "answer.query_chars": len(request.query),
                 **({"answer.query": request.query} if self._config.record_content else {}),
             },
@@ -219,36 +152,94 @@ class AnswerPipeline:
         self, request: AnswerRequest, deadline: Deadline, root: Span
     ) -> PreparedAnswer:
         hard = self.hard_deadline(deadline)
-        retrieval_ms = max(
-            request.ttft_budget_ms * self._config.retrieval_share, self._config.retrieval_floor_ms
+        planning = self.planning
+        tracker = planning.start(
+            request.query,
+            request.top_k,
+            deadline.remaining_ms(),
+            request.ttft_budget_ms,
+            request.tier,
+            reranker=self._retriever.reranker is not None,
+            cache=self.cache,
         )
-        retrieval_deadline = hard.slice_ms(retrieval_ms)
-        retrieved = await self._retrieve(request, retrieval_deadline)
-        scored = retrieved.passages
-        worker = self.router.choose([sp.passage.passage_id for sp in scored])
+        sources_only = tracker.planner and not tracker.plan.fits
+        if sources_only and not request.allow_sources_only:
+            predicted = tracker.plan.predicted_ms.total
+            raise OverloadedError(
+                f"no plan can make the {request.ttft_budget_ms} ms budget now (the smallest "
+                f"is predicted to take {predicted:.0f} ms); retry later or allow a sources-only "
+                "answer",
+                retry_after_s=planning.retry_after_s(),
+            )
+        retrieved = await self._retrieve(request, deadline, hard, tracker)
+        prepared = PreparedAnswer(
+            request=request,
+            deadline=deadline,
+            sources=ranked_sources(retrieved.passages, request.top_k, self._config.snippet_chars),
+            root=root,
+            timings=retrieved.timings,
+            tracker=tracker,
+            planning=planning,
+            cache=self.cache,
+            degraded=retrieved.degraded,
+        )
+        if sources_only:
+            tracker.cut("passages", "no plan makes the budget: sources only", 0)
+            prepared.outcome = "sources_only"
+            return prepared
+        worker = self.router.choose([sp.passage.passage_id for sp in retrieved.passages])
         try:
-            return await self._generate(request, deadline, hard, root, retrieved, worker)
+            await self._generate(prepared, hard, retrieved, worker)
         except BaseException:
             self.router.release(worker)
             raise
+        return prepared
 
     async def _generate(
-        self,
-        request: AnswerRequest,
-        deadline: Deadline,
-        hard: Deadline,
-        root: Span,
-        retrieved: Retrieved,
-        worker: str,
-    ) -> PreparedAnswer:
-        scored = retrieved.passages
-        started_s = time.perf_counter()
-        prompt = await self._build_prompt(
-            request.query, scored, request.top_k, self.router.tree(worker)
+        self, prepared: PreparedAnswer, hard: Deadline, retrieved: Retrieved, worker: str
+    ) -> None:
+        request, tracker = prepared.request, prepared.tracker
+        gate = self.planning.gate
+        try:
+            async with asyncio.timeout(hard.remaining_s()):
+                slot = await gate.acquire(worker, request.tier, tracker.plan.uncached_tokens)
+        except TimeoutError as exc:
+            raise StageTimeoutError(
+                "no generation slot came free before the request's deadline"
+            ) from exc
+        tracker.queue_wait_ms, tracker.worker = slot.waited_ms, worker
+        try:
+            started_s = time.perf_counter()
+            prompt, option = await self._fit_prompt(prepared, retrieved.passages, worker, slot)
+            prompt_ms = (time.perf_counter() - started_s) * 1000.0
+            self.planning.observe("prompt", option.passages, prompt_ms)
+            tracker.spent(prompt=prompt_ms)
+            slot.owe(option.uncached_tokens)
+            prefill_tokens = gate.prefilling_tokens(worker, slot) + option.uncached_tokens
+            span = self._generate_span(prepared.deadline, prompt, worker, option)
+            try:
+                stream = await self._open_stream(self._workers[worker], prompt, hard)
+            except BaseException as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+                span.end()
+                raise
+        except BaseException:
+            slot.release()
+            raise
+        span.set_attribute("gen_ai.response.id", stream.rid)
+        prepared.sources = numbered_sources(
+            retrieved.passages, prompt, request.top_k, self._config.snippet_chars
         )
-        sources = numbered_sources(scored, prompt, request.top_k, self._config.snippet_chars)
-        prompt_ms = (time.perf_counter() - started_s) * 1000.0
-        generate_span = self._tracer.start_span(
+        prepared.timings = dataclasses.replace(prepared.timings, prompt_ms=prompt_ms)
+        prepared.generation = Generation(
+            prompt, stream, span, worker, self.router, slot, prefill_tokens
+        )
+
+    def _generate_span(
+        self, deadline: Deadline, prompt: Prompt, worker: str, option: PromptOption
+    ) -> Span:
+        return self._tracer.start_span(
             "generate",
             attributes={
                 "gen_ai.operation.name": "text_completion",
@@ -261,74 +252,56 @@ class AnswerPipeline:
                 "answer.prompt.tokens_estimate": prompt.prompt_tokens,
                 "answer.prompt.layout": prompt.layout,
                 "answer.prompt.expected_cached_tokens": prompt.expected_cached_tokens,
-                "answer.prompt.expected_uncached_tokens": self.cache.expected_uncached(
-                    worker, prompt.prompt_tokens, prompt.expected_cached_tokens
-                ),
+                "answer.prompt.expected_uncached_tokens": option.uncached_tokens,
                 "sglang.worker": worker,
             },
         )
-        try:
-            stream = await self._open_stream(self._workers[worker], prompt, hard)
-        except BaseException as exc:
-            generate_span.record_exception(exc)
-            generate_span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-            generate_span.end()
-            raise
-        generate_span.set_attribute("gen_ai.response.id", stream.rid)
-        return PreparedAnswer(
-            request=request,
-            deadline=deadline,
-            sources=sources,
-            prompt=prompt,
-            stream=stream,
-            root=root,
-            generate_span=generate_span,
-            timings=dataclasses.replace(retrieved.timings, prompt_ms=prompt_ms),
-            worker=worker,
-            cache=self.cache,
-            router=self.router,
-            degraded=retrieved.degraded,
-        )
 
-    async def _retrieve(self, request: AnswerRequest, deadline: Deadline) -> Retrieved:
-        reranker = self._retriever.reranker
-        wanted = self._candidates(request)
-        k = wanted if reranker is None else max(wanted, self._config.rerank_candidates)
+    async def _retrieve(
+        self, request: AnswerRequest, deadline: Deadline, hard: Deadline, tracker: PlanTracker
+    ) -> Retrieved:
+        knobs = tracker.knobs
         mode = self._mode()
+        # Embedding and search cannot be cut short and still give passages: they may run to
+        # the end of the TTFT budget (at least the floor); what they overrun of their slice
+        # comes out of the stages after them when those are re-planned.
+        slice_ms = max(deadline.remaining_ms(), self._config.retrieval_floor_ms)
+        retrieval_deadline = hard.slice_ms(slice_ms)
         try:
-            vector = await self._embed(request, deadline) if mode != "lexical" else None
+            vector = await self._embed(request, retrieval_deadline) if mode != "lexical" else None
             with self._tracer.start_as_current_span(
                 "search",
                 attributes={
                     "retrieval.mode": mode,
-                    "retrieval.k": k,
+                    "retrieval.k": knobs.retrieve_k,
                     "retrieval.index.passages": len(self._retriever.index),
                     "retrieval.index.type": self._retriever.index.manifest.index_type,
                     "retrieval.index.device": self._retriever.index.device,
                     **depth_attributes(self._config.search_depth),
-                    "answer.stage.budget_ms": deadline.remaining_ms(),
+                    "answer.stage.budget_ms": retrieval_deadline.remaining_ms(),
                 },
             ) as span:
                 found = await self._retriever.search(
                     request.query,
                     vector.value if vector else None,
-                    k,
-                    deadline,
+                    knobs.retrieve_k,
+                    retrieval_deadline,
                     depth=self._config.search_depth,
                     mode=mode,
                 )
                 span.set_attribute("retrieval.results", len(found.value))
                 span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
-            reranked = await self._rerank(request, found.value, deadline)
+            embed_ms = vector.elapsed_ms if vector else 0.0
+            self.planning.observe("embed", len(request.query) / 4, embed_ms)
+            self.planning.observe("search", knobs.retrieve_k, found.elapsed_ms)
+            tracker.spent(embed=embed_ms, search=found.elapsed_ms)
+            reranked = await self._rerank(request, found.value, deadline, hard, tracker)
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        timings = StageTimings(
-            embed_ms=vector.elapsed_ms if vector else 0.0,
-            search_ms=found.elapsed_ms,
-            rerank_ms=reranked.elapsed_ms,
-        )
+        timings = StageTimings(embed_ms=embed_ms, search_ms=found.elapsed_ms)
+        timings = dataclasses.replace(timings, rerank_ms=reranked.elapsed_ms)
         degraded = () if reranked.degraded is None else (reranked.degraded,)
         return Retrieved(reranked.passages, timings, degraded)
 
@@ -350,54 +323,116 @@ class AnswerPipeline:
             span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
         return vector
 
-    def _candidates(self, request: AnswerRequest) -> int:
-        """Passages retrieval hands on: `top_k`, plus the cache slack of the layout."""
+    def _wanted(self, tracker: PlanTracker) -> int:
+        """Passages retrieval hands on: the plan's, plus the cache slack of the layout."""
         slack = self._config.cache_slack if self._config.prompt_layout == "cache_aware" else 0
-        return request.top_k + slack
+        return tracker.knobs.passages + slack
 
     async def _rerank(
-        self, request: AnswerRequest, candidates: list[ScoredPassage], deadline: Deadline
+        self,
+        request: AnswerRequest,
+        candidates: list[ScoredPassage],
+        deadline: Deadline,
+        hard: Deadline,
+        tracker: PlanTracker,
     ) -> Reranked:
         reranker = self._retriever.reranker
-        wanted = self._candidates(request)
-        if reranker is None:
+        wanted = self._wanted(tracker)
+        depth = tracker.knobs.rerank_depth
+        if reranker is None or depth == 0:
             return Reranked(candidates[:wanted], 0.0)
+        predicted = tracker.plan.predicted_ms
+        rest_ms = predicted.rerank + predicted.prompt + predicted.first_token
+        if (
+            tracker.planner
+            and self.planning.planner.available_ms(deadline.remaining_ms()) < rest_ms
+        ):
+            tracker.cut("rerank", "retrieval overran its slice: no time left to rerank", 0)
+            return Reranked(candidates[:wanted], 0.0, "rerank skipped: retrieval overran")
         with self._tracer.start_as_current_span(
             "rerank",
             attributes={
-                "answer.stage.budget_ms": deadline.remaining_ms(),
+                "answer.stage.budget_ms": tracker.slice_ms("rerank"),
                 "rerank.model": reranker.name,
-                "rerank.candidates": len(candidates),
+                "rerank.candidates": min(depth, len(candidates)),
                 "rerank.top_n": wanted,
             },
         ) as span:
-            reranked = await self._retriever.rerank(request.query, candidates, wanted, deadline)
+            reranked = await self._retriever.rerank(
+                request.query, candidates[:depth], wanted, hard.slice_ms(tracker.slice_ms("rerank"))
+            )
             span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)
             if reranked.degraded is not None:
                 span.set_attribute("answer.degraded", reranked.degraded)
+        self.planning.observe("rerank", min(depth, len(candidates)), reranked.elapsed_ms)
+        tracker.spent(rerank=reranked.elapsed_ms)
+        if reranked.degraded is not None:
+            tracker.cut("rerank", reranked.degraded, 0)
         return reranked
 
-    async def _build_prompt(
-        self, question: str, scored: list[ScoredPassage], top_k: int, tree: PrefixTree
+    async def _fit_prompt(
+        self,
+        prepared: PreparedAnswer,
+        scored: list[ScoredPassage],
+        worker: str,
+        slot: Slot,
+    ) -> tuple[Prompt, PromptOption]:
+        """The generation re-plan: the most of the planned passages whose predicted first
+        token still fits the time left, given the real prompt, its cached prefix and the
+        worker's queue. With the planner off, the planned passages as they are."""
+        tracker = prepared.tracker
+        tree = self.router.tree(worker)
+        prompts: dict[int, Prompt] = {}
+
+        def options() -> Iterator[PromptOption]:
+            for n in range(tracker.knobs.passages, 0, -1):
+                prompt = self._laid_out(prepared.request.query, scored, n, worker)
+                prompts[n] = prompt
+                uncached = self.cache.expected_uncached(
+                    worker, prompt.prompt_tokens, prompt.expected_cached_tokens
+                )
+                yield PromptOption(n, prompt.prompt_tokens, uncached)
+                if not tracker.planner:
+                    return
+
+        def choose() -> tuple[PromptOption, float]:
+            return self.planning.planner.passages_that_fit(
+                prepared.deadline.remaining_ms(),
+                options(),
+                self.planning.gate.prefilling_tokens(worker, slot),
+                worker,
+            )
+
+        try:
+            option, predicted_ms = await asyncio.to_thread(choose)
+        except GenerationError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        n = option.passages
+        prompt = prompts[n]
+        tree.insert([p.source_id for p in prompt.passages])
+        if tracker.planner and n < tracker.knobs.passages:
+            reason = f"first token predicted at {predicted_ms:.0f} ms with more passages"
+            tracker.cut("passages", reason, n)
+        return prompt, option
+
+    def _laid_out(
+        self, question: str, scored: list[ScoredPassage], limit: int, worker: str
     ) -> Prompt:
         passages = [
             ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
             for n, sp in enumerate(scored, start=1)
         ]
-        try:
-            return await asyncio.to_thread(
-                build_prompt,
-                question,
-                passages,
-                self._template,
-                max_prompt_tokens=self._config.max_prompt_tokens,
-                layout=self._config.prompt_layout,
-                tree=tree,
-                limit=top_k,
-                slack=self._config.cache_slack,
-            )
-        except GenerationError as exc:
-            raise InvalidRequestError(str(exc)) from exc
+        return build_prompt(
+            question,
+            passages,
+            self._template,
+            max_prompt_tokens=self._config.max_prompt_tokens,
+            layout=self._config.prompt_layout,
+            tree=self.router.tree(worker),
+            limit=limit,
+            slack=self._config.cache_slack,
+            remember=False,
+        )
 
     async def _open_stream(
         self, sglang: SGLangClient, prompt: Prompt, hard: Deadline
@@ -420,31 +455,35 @@ class AnswerPipeline:
             raise UpstreamError(str(exc)) from exc
 
     async def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:
-        """`sources`, then token deltas, then `done`; a failure mid-stream adds `error`."""
+        """`plan`, `sources`, then token deltas, then `done`; a failure mid-stream adds
+        `error`. A sources-only answer has no tokens."""
+        yield PlanEvent(prepared.plan)
         yield SourcesEvent(prepared.sources)
         error: ErrorEvent | None = None
+        generation = prepared.generation
         generate_started_s = time.perf_counter()
         try:
-            async for delta in prepared.stream:
-                if prepared.ttft_ms is None:
-                    prepared.ttft_ms = prepared.deadline.elapsed_ms()
-                    prepared.generate_span.add_event(
-                        "first_token", {"answer.ttft_ms": prepared.ttft_ms}
-                    )
-                yield TokenEvent(delta.text)
+            if generation is not None:
+                async for delta in generation.stream:
+                    if prepared.ttft_ms is None:
+                        prepared.first_token()
+                    yield TokenEvent(delta.text)
         except GenerationError as exc:
             error = error_event(exc)
             prepared.outcome = "error"
-            prepared.generate_span.record_exception(exc)
-            prepared.generate_span.set_status(Status(StatusCode.ERROR, error.message[:200]))
+            assert generation is not None
+            generation.span.record_exception(exc)
+            generation.span.set_status(Status(StatusCode.ERROR, error.message[:200]))
             logger.warning("generation failed trace_id=%s code=%s", prepared.trace_id, error.code)
         except BaseException:
             prepared.outcome = "cancelled"
             raise
         finally:
-            prepared.timings = dataclasses.replace(
-                prepared.timings, generate_ms=(time.perf_counter() - generate_started_s) * 1000.0
-            )
+            if generation is not None:
+                prepared.timings = dataclasses.replace(
+                    prepared.timings,
+                    generate_ms=(time.perf_counter() - generate_started_s) * 1000.0,
+                )
             prepared.close_nowait()
         if error is not None:
             yield error

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opentelemetry.trace import Span
 
-from answer_service.events import ErrorEvent, Source
+from answer_service.events import ErrorEvent, PlanRecord, Source
 from generation.errors import GenerationError, GenerationTimeoutError, SGLangUnavailableError
 from generation.prompt_layout import Prompt
 from generation.sglang_client import GenerationResult
@@ -46,6 +46,35 @@ def numbered_sources(
     placed = [(p.number, by_id[p.source_id]) for p in prompt.passages]
     placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]
     return tuple(_source(n, sp, snippet_chars) for n, sp in placed)
+
+
+def ranked_sources(
+    scored: list[ScoredPassage], top_k: int, snippet_chars: int
+) -> tuple[Source, ...]:
+    """Sources in retrieval order, for an answer that has no prompt (sources only)."""
+    return tuple(_source(n, sp, snippet_chars) for n, sp in enumerate(scored[:top_k], start=1))
+
+
+def plan_attributes(plan: PlanRecord) -> dict[str, str | bool | float | int]:
+    """The plan on the root span: knobs, predicted and actual ms per stage, cuts."""
+    attributes: dict[str, str | bool | float | int] = {
+        "plan.planner": plan.planner,
+        "plan.tier": plan.tier,
+        "plan.rerank_depth": plan.knobs.rerank_depth,
+        "plan.passages": plan.knobs.passages,
+        "plan.retrieve_k": plan.knobs.retrieve_k,
+        "plan.initial.rerank_depth": plan.initial.rerank_depth,
+        "plan.initial.passages": plan.initial.passages,
+        "plan.quality": plan.quality,
+        "plan.queue_wait_ms": plan.queue_wait_ms,
+        "plan.cuts": len(plan.cuts),
+    }
+    for stage in ("embed", "search", "rerank", "prompt", "first_token"):
+        attributes[f"plan.predicted_ms.{stage}"] = round(getattr(plan.predicted_ms, stage), 2)
+        attributes[f"plan.actual_ms.{stage}"] = round(getattr(plan.actual_ms, stage), 2)
+    for n, cut in enumerate(plan.cuts):
+        attributes[f"plan.cut.{n}"] = f"{cut.stage}: {cut.planned}->{cut.done} ({cut.reason})"
+    return attributes
 
 
 def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from answer_service.events import AnswerStats, ErrorEvent, Source
+from answer_service.events import AnswerStats, ErrorEvent, PlanRecord, Source
+from budget.planner import StageTimes
 
 
 class AnswerBody(BaseModel):
@@ -20,6 +21,11 @@ class AnswerBody(BaseModel):
     )
     top_k: StrictInt | None = Field(default=None, ge=1, description="Passages to retrieve.")
     stream: StrictBool = Field(default=True, description="Server-Sent Events, or one JSON object.")
+    allow_sources_only: StrictBool = Field(
+        default=False,
+        description="When no plan can make the budget, answer with the sources alone (an "
+        "empty answer) instead of refusing with 503.",
+    )
 
 
 class RetrieveBody(BaseModel):
@@ -143,10 +149,77 @@ class DonePayload(BaseModel):
         )
 
 
+class StageMsOut(BaseModel):
+    embed: float
+    search: float
+    rerank: float
+    prompt: float
+    first_token: float
+
+    @classmethod
+    def of(cls, times: StageTimes) -> StageMsOut:
+        return cls(
+            embed=round(times.embed, 2),
+            search=round(times.search, 2),
+            rerank=round(times.rerank, 2),
+            prompt=round(times.prompt, 2),
+            first_token=round(times.first_token, 2),
+        )
+
+
+class CutOut(BaseModel):
+    stage: str
+    reason: str
+    planned: int
+    done: int
+
+
+class PlanPayload(BaseModel):
+    """The `plan` event: what the planner chose, what it predicted, what happened so far."""
+
+    planner: bool
+    tier: str
+    budget_ms: float
+    rerank_depth: int
+    passages: int
+    retrieve_k: int
+    initial_rerank_depth: int
+    initial_passages: int
+    quality: float
+    predicted_ms: StageMsOut
+    actual_ms: StageMsOut
+    cuts: list[CutOut]
+    queue_wait_ms: float
+    worker: str
+
+    @classmethod
+    def of(cls, plan: PlanRecord) -> PlanPayload:
+        return cls(
+            planner=plan.planner,
+            tier=plan.tier,
+            budget_ms=plan.budget_ms,
+            rerank_depth=plan.knobs.rerank_depth,
+            passages=plan.knobs.passages,
+            retrieve_k=plan.knobs.retrieve_k,
+            initial_rerank_depth=plan.initial.rerank_depth,
+            initial_passages=plan.initial.passages,
+            quality=round(plan.quality, 4),
+            predicted_ms=StageMsOut.of(plan.predicted_ms),
+            actual_ms=StageMsOut.of(plan.actual_ms),
+            cuts=[
+                CutOut(stage=c.stage, reason=c.reason, planned=c.planned, done=c.done)
+                for c in plan.cuts
+            ],
+            queue_wait_ms=round(plan.queue_wait_ms, 2),
+            worker=plan.worker,
+        )
+
+
 class AnswerOut(BaseModel):
     """The non-streaming answer: what the stream would have carried, in one object."""
 
     answer: str
+    plan: PlanPayload
     sources: list[SourceOut]
     done: DonePayload
     error: ErrorPayload | None = None

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from retrieval.embedder import DEFAULT_EMBEDDER
@@ -65,9 +65,27 @@ class Settings(BaseSettings):
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)
-    # Retrieval (embed + search) may spend this share of the TTFT budget, but at least the floor.
-    retrieval_share: float = Field(default=0.3, gt=0.0, le=1.0)
+    # Embedding and search get at least this long, whatever their slice of the plan says.
     retrieval_floor_ms: int = Field(default=250, ge=1)
+    # The deadline planner (answer_service/planning.py): per request, the rerank depth and the
+    # passages in the prompt that fit the TTFT budget, and refusal (503 + Retry-After) when
+    # nothing fits. Off: every request does `rerank_candidates` and `top_k` as configured.
+    planner: bool = True
+    planner_rerank_depths: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [0, 10, 20]
+    )
+    # Held back from the time left: the models' misses.
+    planner_margin_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    planner_margin_ms: float = Field(default=50.0, ge=0.0)
+    # Prompts each SGLang worker prefills at once; others wait by tenant tier.
+    generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
+    # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a
+    # request that has waited `tier_max_wait_ms` goes next whatever its tier.
+    tier_weights: dict[str, float] = Field(
+        default_factory=lambda: {"premium": 3.0, "standard": 1.0}
+    )
+    default_tier: str = "standard"
+    tier_max_wait_ms: float = Field(default=2000.0, gt=0.0)
     # A first token later than budget x factor is given up on; the budget itself is the target.
     ttft_timeout_factor: float = Field(default=4.0, ge=1.0)
     next_token_timeout_s: float = Field(default=20.0, gt=0.0)
@@ -81,6 +99,35 @@ class Settings(BaseSettings):
 
     record_content: bool = False
     recent_traces: int = Field(default=500, ge=1)
+
+    @field_validator("planner_rerank_depths", mode="before")
+    @classmethod
+    def _depths(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [int(depth) for depth in value.replace("[", "").replace("]", "").split(",")]
+        return value
+
+    @field_validator("planner_rerank_depths")
+    @classmethod
+    def _with_zero(cls, value: list[int]) -> list[int]:
+        if 0 not in value or any(depth < 0 for depth in value):
+            raise ValueError("planner_rerank_depths must include 0 (no rerank) and no negatives")
+        return sorted(set(value))
+
+    @field_validator("tier_weights")
+    @classmethod
+    def _positive_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if not value or any(weight <= 0 for weight in value.values()):
+            raise ValueError("tier_weights needs at least one tier, each with a weight > 0")
+        return value
+
+    @model_validator(mode="after")
+    def _default_tier_known(self) -> Settings:
+        if self.default_tier not in self.tier_weights:
+            raise ValueError(
+                f"default_tier {self.default_tier!r} is not in tier_weights {sorted(self.tier_weights)}"
+            )
+        return self
 
     @field_validator("sglang_workers", mode="before")
     @classmethod

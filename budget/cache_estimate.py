@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class _Running:
     hit_ratio: float
+    cached_share: float
     observations: int = 0
     cached_tokens: int = 0
     prompt_tokens: int = 0
@@ -38,6 +39,8 @@ class CacheEstimator:
 
     alpha: float = 0.1
     prior_hit_ratio: float = 0.8
+    # Before any prompt was seen, the share of a prompt's tokens expected from the cache.
+    prior_cached_share: float = 0.0
     _workers: dict[str, _Running] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -49,7 +52,9 @@ class CacheEstimator:
     def _running(self, worker: str) -> _Running:
         running = self._workers.get(worker)
         if running is None:
-            running = self._workers[worker] = _Running(self.prior_hit_ratio)
+            running = self._workers[worker] = _Running(
+                self.prior_hit_ratio, self.prior_cached_share
+            )
         return running
 
     def observe(
@@ -60,6 +65,9 @@ class CacheEstimator:
         running.observations += 1
         running.prompt_tokens += max(prompt_tokens, 0)
         running.cached_tokens += max(cached_tokens, 0)
+        if prompt_tokens > 0:
+            share = min(max(cached_tokens / prompt_tokens, 0.0), 1.0)
+            running.cached_share += self.alpha * (share - running.cached_share)
         if expected_cached > 0:
             ratio = min(max(cached_tokens / expected_cached, 0.0), 1.0)
             running.hit_ratio += self.alpha * (ratio - running.hit_ratio)
@@ -70,6 +78,11 @@ class CacheEstimator:
         hit_ratio = self._running(worker).hit_ratio
         cached = min(max(expected_cached, 0), prompt_tokens) * hit_ratio
         return float(prompt_tokens) - cached
+
+    def cached_share(self, worker: str) -> float:
+        """The recent share of `worker`'s prompt tokens served from its cache: what a prompt
+        not yet laid out can expect (the planner's view before retrieval)."""
+        return self._running(worker).cached_share
 
     def stats(self) -> list[CacheStats]:
         return [

@@ -154,6 +154,7 @@ def build_prompt(
     tree: PrefixTree | None = None,
     limit: int | None = None,
     slack: int = 0,
+    remember: bool = True,
 ) -> Prompt:
     """Lay the prompt out: keep the best-ranked `limit` passages (given best first; default
     all) that fit, put them in the order `layout` chooses, and number them by position. With
@@ -161,8 +162,9 @@ def build_prompt(
     the last places where they continue a cached prefix (`prefix_order.order_ids`).
 
     With a `tree` (the prefixes recently sent to the worker that will serve this prompt), the
-    chosen order is remembered there, and `expected_cached_tokens` estimates the prefix that
-    worker still holds: the system prompt and the passages continuing a remembered sequence.
+    chosen order is remembered there (unless `remember` is false: a prompt that may not be
+    sent), and `expected_cached_tokens` estimates the prefix that worker still holds: the
+    system prompt and the passages continuing a remembered sequence.
     """
     wanted = len(passages) if limit is None else min(limit, len(passages))
     kept = wanted
@@ -186,7 +188,8 @@ def build_prompt(
     if tree is not None:
         if len(tree):
             expected_cached = template.count_tokens(_shared_prefix(text, ordered[:matched]))
-        tree.insert([p.source_id for p in ordered])
+        if remember:
+            tree.insert([p.source_id for p in ordered])
     return Prompt(
         text,
         prompt_tokens,

@@ -46,11 +46,16 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     assert response.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(response.text)
     names = [e.event for e in events]
-    assert names[0] == "sources"
+    assert names[:2] == ["plan", "sources"]
     assert names[-1] == "done"
-    assert set(names[1:-1]) == {"token"}, names
-    assert len(names) > 3
-    sources = events[0].data["sources"]
+    assert set(names[2:-1]) == {"token"}, names
+    assert len(names) > 4
+    plan = events[0].data
+    assert plan["passages"] == 4, "a 10 s budget fits every passage asked for"
+    assert plan["actual_ms"]["embed"] > 0
+    assert plan["actual_ms"]["search"] > 0
+    assert plan["predicted_ms"]["first_token"] > 0
+    sources = events[1].data["sources"]
     assert [s["number"] for s in sources] == [1, 2, 3, 4]
     assert sources[0]["id"] == "Super_Bowl_50-0#0"
     assert sources[0]["title"] == "Super Bowl 50"
@@ -61,7 +66,7 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     assert done["finish_reason"] in {"length", "stop"}
     text = "".join(e.data["text"] for e in events if e.event == "token")
     assert text
-    assert done["completion_tokens"] >= len(events) - 2
+    assert done["completion_tokens"] >= len(events) - 3
     assert done["prompt_tokens"] > 300
     assert 0 < done["ttft_ms"] < 10_000
     assert done["ttft_budget_ms"] == 10_000
@@ -170,7 +175,7 @@ def test_sglang_stopping_mid_stream_gives_an_error_event(
                         if names.count("token") == 3:
                             killed_at = time.perf_counter()
                             doomed.stop(timeout_s=5)
-            assert names[0] == "sources"
+            assert names[:2] == ["plan", "sources"]
             assert names[-2:] == ["error", "done"]
             assert time.perf_counter() - killed_at < 10
             assert httpx.get(f"{base}/readyz").status_code == 503

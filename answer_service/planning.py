@@ -1,0 +1,179 @@
+"""The planner as the service runs it: models, gate and plans for one request at a time.
+
+`RequestPlanning` holds what lives as long as the service (the stage models that learn from
+every request, the quality curve, the generation gate); `PlanTracker` follows one request's plan
+through its stages, recording the predicted and actual time of each and every cut, and ends as
+the `PlanRecord` sent to the client in the `plan` event and set on the spans.
+
+With the planner switched off (`ANSWER_PLANNER=false`) the configuration is fixed by the
+settings (passages = the request's `top_k`, rerank depth = `ANSWER_RERANK_CANDIDATES` when a
+reranker is loaded); the plan is still predicted and recorded, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from answer_service.admission import GenerationGate
+from answer_service.events import Cut, PlanRecord
+from budget import CacheEstimator
+from budget.planner import (
+    Knobs,
+    Plan,
+    PlanInput,
+    Planner,
+    PlannerConfig,
+    QualityCurve,
+    Stage,
+    StageModels,
+    StageTimes,
+)
+
+# The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10),
+# by rerank depth: `python -m eval.quality_curves` (eval/results/quality-curves.json).
+DEFAULT_QUALITY = QualityCurve(
+    {
+        0: (0.61, 0.76, 0.84, 0.88, 0.91, 0.92, 0.93, 0.94, 0.95, 0.95),
+        10: (0.72, 0.84, 0.89, 0.92, 0.93, 0.94, 0.95, 0.95, 0.96, 0.96),
+        20: (0.74, 0.86, 0.90, 0.93, 0.94, 0.95, 0.96, 0.96, 0.97, 0.97),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanningConfig:
+    enabled: bool = True
+    rerank_depths: tuple[int, ...] = (0, 10, 20)
+    fixed_rerank_depth: int = 20
+    retrieve_slack: int = 0
+    margin_fraction: float = 0.1
+    margin_ms: float = 50.0
+    slots_per_worker: int = 1
+    tier_weights: tuple[tuple[str, float], ...] = (("premium", 3.0), ("standard", 1.0))
+    default_tier: str = "standard"
+    tier_max_wait_ms: float = 2000.0
+    quality: QualityCurve = DEFAULT_QUALITY
+
+
+def _query_tokens(query: str) -> int:
+    """About four characters a token: good enough to price embedding a query."""
+    return max(1, len(query) // 4)
+
+
+@dataclass(slots=True)
+class PlanTracker:
+    """One request's plan as it runs."""
+
+    plan: Plan
+    planner: bool
+    tier: str
+    budget_ms: float
+    knobs: Knobs = field(init=False)
+    actual: StageTimes = field(default_factory=StageTimes)
+    cuts: list[Cut] = field(default_factory=list)
+    queue_wait_ms: float = 0.0
+    worker: str = ""
+
+    def __post_init__(self) -> None:
+        self.knobs = self.plan.knobs
+
+    def slice_ms(self, *stages: Stage) -> float:
+        """The stages' predicted time plus their share of the plan's spare time."""
+        predicted = self.plan.predicted_ms
+        total = predicted.total
+        spare = max(self.plan.available_ms - total, 0.0)
+        stage_ms = sum(predicted.of(stage) for stage in stages)
+        return stage_ms * (1.0 + spare / total) if total > 0 else stage_ms
+
+    def spent(self, **stages_ms: float) -> None:
+        self.actual = dataclasses.replace(self.actual, **stages_ms)
+
+    def cut(self, stage: str, reason: str, done: int) -> None:
+        planned = self.knobs.rerank_depth if stage == "rerank" else self.knobs.passages
+        self.cuts.append(Cut(stage, reason, planned, done))
+        if stage == "rerank":
+            self.knobs = dataclasses.replace(self.knobs, rerank_depth=done)
+        else:
+            self.knobs = dataclasses.replace(self.knobs, passages=done)
+
+    def record(self, quality: QualityCurve) -> PlanRecord:
+        return PlanRecord(
+            planner=self.planner,
+            tier=self.tier,
+            budget_ms=self.budget_ms,
+            knobs=self.knobs,
+            initial=self.plan.knobs,
+            quality=quality.score(self.knobs.rerank_depth, self.knobs.passages),
+            predicted_ms=self.plan.predicted_ms,
+            actual_ms=self.actual,
+            cuts=tuple(self.cuts),
+            queue_wait_ms=self.queue_wait_ms,
+            worker=self.worker,
+        )
+
+
+class RequestPlanning:
+    def __init__(self, config: PlanningConfig, workers: Sequence[str]) -> None:
+        self.config = config
+        self.models = StageModels()
+        self.planner = Planner(
+            self.models,
+            config.quality,
+            PlannerConfig(
+                rerank_depths=config.rerank_depths,
+                retrieve_slack=config.retrieve_slack,
+                margin_fraction=config.margin_fraction,
+                margin_ms=config.margin_ms,
+            ),
+        )
+        self.gate = GenerationGate(
+            workers, config.slots_per_worker, dict(config.tier_weights), config.tier_max_wait_ms
+        )
+
+    def tier(self, requested: str | None) -> str:
+        """The tier a request runs in; an unknown name is the caller's error (ValueError)."""
+        if requested is None:
+            return self.config.default_tier
+        if requested not in self.gate.tiers:
+            raise ValueError(f"unknown tier {requested!r}; tiers: {sorted(self.gate.tiers)}")
+        return requested
+
+    def start(
+        self,
+        query: str,
+        top_k: int,
+        remaining_ms: float,
+        budget_ms: float,
+        tier: str,
+        reranker: bool,
+        cache: CacheEstimator,
+    ) -> PlanTracker:
+        """The plan at arrival: the planner's choice, or the fixed configuration."""
+        worker = self.gate.least_loaded()
+        request = PlanInput(
+            remaining_ms=remaining_ms,
+            query_tokens=_query_tokens(query),
+            max_passages=top_k,
+            reranker=reranker,
+            prefill_ahead_tokens=self.gate.pending_tokens(worker),
+            worker=worker,
+            cached_share=cache.cached_share(worker),
+        )
+        if self.config.enabled:
+            plan = self.planner.plan(request)
+        else:
+            depth = self.config.fixed_rerank_depth if reranker else 0
+            plan = self.planner.evaluate(request, depth, top_k)
+        return PlanTracker(plan, self.config.enabled, tier, budget_ms)
+
+    def retry_after_s(self) -> int:
+        """When the least loaded worker should have worked off its queue."""
+        worker = self.gate.least_loaded()
+        drain_ms = self.models.predict_ms("first_token", self.gate.pending_tokens(worker), worker)
+        return max(1, math.ceil(drain_ms / 1000.0))
+
+    def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
+        self.models.observe(stage, work, elapsed_ms, worker)

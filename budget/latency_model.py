@@ -1,0 +1,122 @@
+"""Stage latency models: a high quantile of a stage's latency as a function of its work.
+
+Each stage's latency is modelled as `intercept + slope * work` plus a margin that lifts the
+line to the chosen quantile (p90 by default). The prior comes from the measured cost table; the
+model then refits itself from the stage timings it is shown, over a sliding window so that it
+follows drift (another tenant on the cores, a cache that warms up):
+
+- the slope is a Theil-Sen estimate (the median of pairwise slopes), so one outlier cannot tilt
+  it, and never negative: more work never predicts less time;
+- the intercept is the median residual, so outliers cannot shift it either;
+- the margin is the chosen quantile of the residuals, which is what makes the prediction a high
+  quantile rather than a mean.
+
+Until `min_observations` timings have been seen the fit is blended with the prior in proportion
+to how many have. Refitting happens on `observe`, so `predict_ms` is a multiply and an add: the
+planner calls it for every candidate plan.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class LinearPrior:
+    """`intercept_ms + slope_ms * work`, plus `margin_ms` to reach the high quantile."""
+
+    intercept_ms: float
+    slope_ms: float = 0.0
+    margin_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.slope_ms < 0 or self.intercept_ms < 0 or self.margin_ms < 0:
+            raise ValueError(f"a latency prior cannot be negative: {self}")
+
+    def predict_ms(self, work: float) -> float:
+        return self.intercept_ms + self.slope_ms * work + self.margin_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """What a model currently predicts with, for spans and the dashboard."""
+
+    intercept_ms: float
+    slope_ms: float
+    margin_ms: float
+    observations: int
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The `q` quantile of `values` by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _theil_sen_slope(points: list[tuple[float, float]]) -> float | None:
+    """The median slope over pairs at a spread of distances (at most ~3n pairs, not n²/2)."""
+    n = len(points)
+    slopes = []
+    for gap in {1, max(1, n // 4), max(1, n // 2)}:
+        for i in range(n - gap):
+            (x0, y0), (x1, y1) = points[i], points[i + gap]
+            if x1 != x0:
+                slopes.append((y1 - y0) / (x1 - x0))
+    return statistics.median(slopes) if slopes else None
+
+
+@dataclass(slots=True)
+class LatencyModel:
+    """One stage's high-quantile latency model, refitted from what it observes."""
+
+    prior: LinearPrior
+    quantile: float = 0.9
+    window: int = 128
+    min_observations: int = 8
+    _points: deque[tuple[float, float]] = field(init=False)
+    _fit: LinearPrior = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.quantile < 1.0:
+            raise ValueError(f"quantile must be in [0.5, 1), got {self.quantile}")
+        if self.window < 2 or self.min_observations < 1:
+            raise ValueError("window must be >= 2 and min_observations >= 1")
+        self._points = deque(maxlen=self.window)
+        self._fit = self.prior
+
+    @property
+    def observations(self) -> int:
+        return len(self._points)
+
+    def predict_ms(self, work: float) -> float:
+        return self._fit.predict_ms(max(work, 0.0))
+
+    def state(self) -> ModelState:
+        fit = self._fit
+        return ModelState(fit.intercept_ms, fit.slope_ms, fit.margin_ms, self.observations)
+
+    def observe(self, work: float, elapsed_ms: float) -> None:
+        if elapsed_ms < 0 or elapsed_ms != elapsed_ms:  # negative or NaN: a clock bug
+            return
+        self._points.append((max(work, 0.0), elapsed_ms))
+        self._fit = self._refit()
+
+    def _refit(self) -> LinearPrior:
+        points = list(self._points)
+        slope = _theil_sen_slope(points)
+        slope = self.prior.slope_ms if slope is None else max(slope, 0.0)
+        residuals = [y - slope * x for x, y in points]
+        intercept = max(statistics.median(residuals), 0.0)
+        spread = [r - intercept for r in residuals]
+        margin = max(_quantile(spread, self.quantile), 0.0) if len(points) > 1 else 0.0
+        weight = min(1.0, len(points) / self.min_observations)
+        return LinearPrior(
+            intercept_ms=weight * intercept + (1 - weight) * self.prior.intercept_ms,
+            slope_ms=weight * slope + (1 - weight) * self.prior.slope_ms,
+            margin_ms=weight * margin + (1 - weight) * self.prior.margin_ms,
+        )

@@ -1,0 +1,280 @@
+"""The deadline planner: how much work each stage may do so the first token arrives in time.
+
+A plan fixes the rerank depth (0: no rerank), how many passages go into the prompt, and so how
+deep retrieval searches. Each candidate plan has a predicted high-quantile time per stage (from
+`StageModels`, which learn online) and an expected quality (from `QualityCurve`, measured
+offline); the planner picks the best quality whose predicted time to first token fits the time
+left minus a safety margin, and the cheapest such plan among equals. When not even the smallest
+plan fits, the plan says so (`fits=False`) and the caller refuses the request or answers with
+sources only.
+
+After retrieval the generation part is re-planned with what is then known: the time really
+left, the prompt's real token count and cached prefix, and the worker's queue
+(`passages_that_fit`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from budget.latency_model import LatencyModel, LinearPrior, ModelState
+
+Stage = Literal["embed", "search", "rerank", "prompt", "first_token"]
+STAGES: tuple[Stage, ...] = ("embed", "search", "rerank", "prompt", "first_token")
+
+
+_EMBED = LinearPrior(6.0, 0.07, 15.0)
+_SEARCH = LinearPrior(4.0, 0.05, 15.0)
+_RERANK = LinearPrior(10.0, 21.5, 120.0)
+_PROMPT = LinearPrior(4.0, 1.5, 10.0)
+_FIRST_TOKEN = LinearPrior(120.0, 1.9, 350.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StagePriors:
+    """Priors from the cost table measured on these 2 cores (eval/results/stage-costs.json,
+    docs/benchmarks/cpu-prefix-attention.json), with margins for sharing the cores with SGLang.
+
+    Work units: embed, query tokens; search, candidates asked for; rerank, candidates scored;
+    prompt, passages; first_token, prompt tokens SGLang must prefill before this prompt's first
+    token (its own uncached tokens plus those queued ahead of it on the worker).
+    """
+
+    embed: LinearPrior = _EMBED
+    search: LinearPrior = _SEARCH
+    rerank: LinearPrior = _RERANK
+    prompt: LinearPrior = _PROMPT
+    first_token: LinearPrior = _FIRST_TOKEN
+
+    def of(self, stage: Stage) -> LinearPrior:
+        prior: LinearPrior = getattr(self, stage)
+        return prior
+
+
+@dataclass(slots=True)
+class StageModels:
+    """One latency model per stage; the first-token model is kept per SGLang worker."""
+
+    priors: StagePriors = field(default_factory=StagePriors)
+    quantile: float = 0.9
+    _models: dict[tuple[Stage, str], LatencyModel] = field(default_factory=dict)
+
+    def model(self, stage: Stage, worker: str = "") -> LatencyModel:
+        key = (stage, worker if stage == "first_token" else "")
+        found = self._models.get(key)
+        if found is None:
+            found = self._models[key] = LatencyModel(self.priors.of(stage), self.quantile)
+        return found
+
+    def predict_ms(self, stage: Stage, work: float, worker: str = "") -> float:
+        return self.model(stage, worker).predict_ms(work)
+
+    def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
+        self.model(stage, worker).observe(work, elapsed_ms)
+
+    def states(self) -> dict[str, ModelState]:
+        return {
+            f"{stage}@{worker}" if worker else stage: model.state()
+            for (stage, worker), model in sorted(self._models.items())
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QualityCurve:
+    """Expected answer quality by rerank depth and passages in the prompt.
+
+    `by_depth[d][n - 1]` is the measured share of questions whose evidence is among the first
+    `n` passages when the top `d` candidates are reranked (d = 0: retrieval order). Depths not
+    measured take the nearest measured depth below; passages beyond the curve take its end.
+    """
+
+    by_depth: Mapping[int, Sequence[float]]
+
+    def __post_init__(self) -> None:
+        if 0 not in self.by_depth:
+            raise ValueError("a quality curve needs depth 0 (no rerank)")
+        for depth, curve in self.by_depth.items():
+            if not curve or any(b < a for a, b in itertools.pairwise(curve)):
+                raise ValueError(f"the curve at depth {depth} must be non-empty and monotone")
+
+    def score(self, rerank_depth: int, passages: int) -> float:
+        if passages <= 0:
+            return 0.0
+        depth = max(d for d in self.by_depth if d <= max(rerank_depth, 0))
+        curve = self.by_depth[depth]
+        return curve[min(passages, len(curve)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    embed: float = 0.0
+    search: float = 0.0
+    rerank: float = 0.0
+    prompt: float = 0.0
+    first_token: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.embed + self.search + self.rerank + self.prompt + self.first_token
+
+    def of(self, stage: Stage) -> float:
+        value: float = getattr(self, stage)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    rerank_depth: int
+    passages: int
+    retrieve_k: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    knobs: Knobs
+    predicted_ms: StageTimes
+    quality: float
+    # The time the plan was made against (the time left minus the safety margin).
+    available_ms: float
+    fits: bool
+    # The prompt tokens SGLang is expected to prefill for it (the gate's queue cost).
+    uncached_tokens: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    """What the planner knows when a request arrives."""
+
+    remaining_ms: float
+    query_tokens: int
+    max_passages: int
+    reranker: bool
+    # Prompt tokens the chosen worker must prefill before this request's own (its queue).
+    prefill_ahead_tokens: float = 0.0
+    worker: str = ""
+    # The expected share of this request's prompt tokens SGLang will serve from its cache.
+    cached_share: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    rerank_depths: tuple[int, ...] = (0, 10, 20, 30)
+    # Candidates retrieved beyond the passages kept, for the cache-aware layout's slack.
+    retrieve_slack: int = 0
+    # Tokens of the fixed part of the prompt (system prompt, template) and of one passage.
+    fixed_prompt_tokens: int = 120
+    passage_tokens: int = 190
+    # Kept back from the time left, as a fraction plus a constant: the models' misses.
+    margin_fraction: float = 0.1
+    margin_ms: float = 50.0
+
+    def __post_init__(self) -> None:
+        if 0 not in self.rerank_depths or any(d < 0 for d in self.rerank_depths):
+            raise ValueError("rerank_depths must contain 0 and no negative depth")
+        if not 0.0 <= self.margin_fraction < 1.0 or self.margin_ms < 0:
+            raise ValueError("the safety margin must be a fraction in [0, 1) and ms >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PromptOption:
+    """A prompt the generation re-plan may send: its passages, tokens and expected cache."""
+
+    passages: int
+    prompt_tokens: int
+    uncached_tokens: float
+
+
+class Planner:
+    """Chooses plans from the stage models and the quality curve. Pure and synchronous: the
+    caller passes in the time left and the load it sees."""
+
+    def __init__(
+        self,
+        models: StageModels,
+        quality: QualityCurve,
+        config: PlannerConfig | None = None,
+    ) -> None:
+        self.models = models
+        self.quality = quality
+        self.config = config or PlannerConfig()
+
+    def available_ms(self, remaining_ms: float) -> float:
+        config = self.config
+        return remaining_ms * (1.0 - config.margin_fraction) - config.margin_ms
+
+    def plan(self, request: PlanInput) -> Plan:
+        """The best plan that fits the time left; else the smallest one, with `fits=False`."""
+        best: Plan | None = None
+        smallest: Plan | None = None
+        depths = self.config.rerank_depths if request.reranker else (0,)
+        for depth in depths:
+            for passages in range(1, max(request.max_passages, 1) + 1):
+                plan = self.evaluate(request, depth, passages)
+                if smallest is None or plan.predicted_ms.total < smallest.predicted_ms.total:
+                    smallest = plan
+                if plan.fits and (best is None or _better(plan, best)):
+                    best = plan
+        assert smallest is not None
+        return best or smallest
+
+    def evaluate(self, request: PlanInput, depth: int, passages: int) -> Plan:
+        """One candidate: its predicted stage times and quality against the time left."""
+        available = self.available_ms(request.remaining_ms)
+        models = self.models
+        retrieve_k = max(depth, passages + self.config.retrieve_slack)
+        prompt_tokens = (
+            self.config.fixed_prompt_tokens
+            + request.query_tokens
+            + passages * self.config.passage_tokens
+        )
+        uncached = prompt_tokens * (1.0 - min(max(request.cached_share, 0.0), 1.0))
+        times = StageTimes(
+            embed=models.predict_ms("embed", request.query_tokens),
+            search=models.predict_ms("search", retrieve_k),
+            rerank=models.predict_ms("rerank", depth) if depth else 0.0,
+            prompt=models.predict_ms("prompt", passages),
+            first_token=models.predict_ms(
+                "first_token", request.prefill_ahead_tokens + uncached, request.worker
+            ),
+        )
+        return Plan(
+            knobs=Knobs(depth, passages, retrieve_k),
+            predicted_ms=times,
+            quality=self.quality.score(depth, passages),
+            available_ms=available,
+            fits=times.total <= available,
+            uncached_tokens=uncached,
+        )
+
+    def passages_that_fit(
+        self,
+        remaining_ms: float,
+        options: Iterable[PromptOption],
+        prefill_ahead_tokens: float,
+        worker: str,
+    ) -> tuple[PromptOption, float]:
+        """The generation re-plan: of `options` (most passages first, produced lazily), the
+        first whose predicted time to first token fits what is left, else the last (the
+        smallest); with its prediction."""
+        available = self.available_ms(remaining_ms)
+        last: tuple[PromptOption, float] | None = None
+        for option in options:
+            predicted = self.models.predict_ms("prompt", option.passages) + self.models.predict_ms(
+                "first_token", prefill_ahead_tokens + option.uncached_tokens, worker
+            )
+            last = (option, predicted)
+            if predicted <= available:
+                return last
+        if last is None:
+            raise ValueError("no prompt options to choose from")
+        return last
+
+
+def _better(plan: Plan, other: Plan) -> bool:
+    """Higher quality wins; equal quality (within 0.5 point) goes to the faster plan."""
+    if abs(plan.quality - other.quality) > 0.005:
+        return plan.quality > other.quality
+    return plan.predicted_ms.total < other.predicted_ms.total

@@ -1,0 +1,141 @@
+"""The deadline planner in the running service: the `plan` event, admission (503 with
+Retry-After, or sources only), tiers, the queue for generation slots and the passage cut."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import parse_sse, post_answer, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+
+
+@pytest.fixture
+def fake(chatml_tokenizer_dir: Path) -> Iterator[tuple[str, FakeSGLangState]]:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir), token_delay_s=0.01)
+    with serve_in_thread(create_fake_sglang(state)) as url:
+        yield url, state
+
+
+def test_the_plan_comes_first_with_predictions_and_actuals(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    with service(sglang_url=fake[0]) as url:
+        response = post_answer(
+            url,
+            {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 4},
+        )
+        events = parse_sse(response.text)
+        assert [e.event for e in events[:2]] == ["plan", "sources"]
+        plan = events[0].data
+        assert plan["planner"] is True
+        assert plan["tier"] == "standard"
+        assert plan["budget_ms"] == 10_000
+        assert plan["passages"] == 4  # a generous budget: everything asked for
+        assert plan["rerank_depth"] == 0  # no reranker loaded in these tests
+        assert plan["cuts"] == []
+        assert 0 < plan["quality"] <= 1
+        assert all(plan["predicted_ms"][s] > 0 for s in ("embed", "search", "first_token"))
+        assert plan["actual_ms"]["embed"] > 0
+        assert plan["actual_ms"]["search"] > 0
+        assert plan["actual_ms"]["prompt"] > 0
+        assert events[-1].data["passages_in_prompt"] == 4
+
+        premium = post_answer(url, {"query": QUESTION, "stream": False})
+        assert premium.json()["plan"]["tier"] == "standard"
+        premium = httpx.post(
+            f"{url}/v1/answer",
+            json={"query": QUESTION, "stream": False},
+            headers={"X-Tenant-Tier": "premium"},
+            timeout=30,
+        )
+        assert premium.json()["plan"]["tier"] == "premium"
+        unknown = httpx.post(
+            f"{url}/v1/answer", json={"query": QUESTION}, headers={"X-Tenant-Tier": "gold"}
+        )
+        assert unknown.status_code == 422
+        assert "unknown tenant tier 'gold'" in unknown.json()["error"]["message"]
+
+
+def test_a_budget_no_plan_can_make_is_refused_at_once_or_answered_with_sources(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    with service(sglang_url=fake[0]) as url:
+        started = time.perf_counter()
+        refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50})
+        assert time.perf_counter() - started < 1.0
+        assert refused.status_code == 503
+        assert int(refused.headers["Retry-After"]) >= 1
+        error = refused.json()["error"]
+        assert error["code"] == "overloaded"
+        assert "no plan can make the 50 ms budget" in error["message"]
+        assert fake[1].requests == [], "nothing was sent to SGLang"
+
+        events = parse_sse(
+            post_answer(
+                url, {"query": QUESTION, "ttft_budget_ms": 50, "allow_sources_only": True}
+            ).text
+        )
+        assert [e.event for e in events] == ["plan", "sources", "done"]
+        assert events[0].data["cuts"][0]["reason"].startswith("no plan makes the budget")
+        assert events[1].data["sources"][0]["id"] == "Super_Bowl_50-0#0"
+        assert events[2].data["outcome"] == "sources_only"
+        assert fake[1].requests == []
+
+
+def test_the_planner_off_fixes_the_configuration(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    with service(sglang_url=fake[0], planner=False) as url:
+        body = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50, "stream": False})
+        assert body.status_code == 200, "no admission control with the planner off"
+        plan = body.json()["plan"]
+        assert plan["planner"] is False
+        assert plan["passages"] == 5
+        assert body.json()["done"]["passages_in_prompt"] == 5
+
+
+def test_a_request_that_waited_for_its_slot_gets_fewer_passages(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    """One slot: B waits while A prefills. The first-token model has learned that the worker
+    answers in ~0.6 s whatever the prompt, so B is planned with all its passages; after its
+    wait the re-plan cuts them to what still fits, and says so."""
+    url_sglang, state = fake
+    state.token_delay_s = 0.6
+    with service(sglang_url=url_sglang, max_new_tokens=2) as url:
+        for _ in range(8):  # teach the first-token model
+            post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000, "stream": False})
+
+        async def both() -> tuple[list[str], dict[str, object]]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                first = asyncio.create_task(
+                    http.post(f"{url}/v1/answer", json={"query": QUESTION, "stream": False})
+                )
+                await asyncio.sleep(0.2)
+                second = await http.post(
+                    f"{url}/v1/answer",
+                    json={"query": "Where did Super Bowl 50 take place?", "ttft_budget_ms": 1000},
+                )
+                await first
+                return [e.event for e in parse_sse(second.text)], parse_sse(second.text)[0].data
+
+        names, plan = asyncio.run(both())
+    assert names[:2] == ["plan", "sources"]
+    assert plan["initial_passages"] == 5
+    assert plan["queue_wait_ms"] > 200  # type: ignore[operator]
+    assert plan["passages"] < 5  # type: ignore[operator]
+    cut = plan["cuts"][0]  # type: ignore[index]
+    assert cut["stage"] == "passages"
+    assert cut["planned"] == 5
+    assert "first token predicted" in cut["reason"]

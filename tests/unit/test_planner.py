@@ -1,0 +1,179 @@
+"""The deadline planner: plans across budgets and loads, the generation re-plan, learning."""
+
+from __future__ import annotations
+
+import pytest
+
+from budget.latency_model import LinearPrior
+from budget.planner import (
+    PlanInput,
+    Planner,
+    PlannerConfig,
+    PromptOption,
+    QualityCurve,
+    StageModels,
+    StagePriors,
+)
+
+# Rerank helps, more passages help, with diminishing returns (the shape measured on SQuAD).
+CURVE = QualityCurve(
+    {
+        0: (0.55, 0.70, 0.78, 0.82, 0.85),
+        20: (0.75, 0.85, 0.89, 0.91, 0.92),
+    }
+)
+PRIORS = StagePriors(
+    embed=LinearPrior(10.0),
+    search=LinearPrior(5.0),
+    rerank=LinearPrior(0.0, 20.0),  # 20 candidates: 400 ms
+    prompt=LinearPrior(5.0),
+    first_token=LinearPrior(100.0, 2.0),  # 2 ms per prefilled token
+)
+CONFIG = PlannerConfig(
+    rerank_depths=(0, 20),
+    fixed_prompt_tokens=100,
+    passage_tokens=200,
+    margin_fraction=0.0,
+    margin_ms=0.0,
+)
+
+
+def planner() -> Planner:
+    return Planner(StageModels(PRIORS), CURVE, CONFIG)
+
+
+def request(remaining_ms: float, **load: float) -> PlanInput:
+    return PlanInput(
+        remaining_ms=remaining_ms,
+        query_tokens=0,
+        max_passages=5,
+        reranker=True,
+        prefill_ahead_tokens=load.get("ahead", 0.0),
+        cached_share=load.get("cached", 0.0),
+    )
+
+
+# Fixed costs: embed 10 + search 5 + prompt 5 + first-token intercept 100 = 120 ms; prefill
+# is 200 ms for the system prompt and 400 ms per passage; rerank 400 ms. So (depth, passages):
+# (0, 1) 720 ms, (0, 2) 1_120, (0, 3) 1_520, (20, 1) 1_120, (20, 2) 1_520, (20, 4) 2_320,
+# (20, 5) 2_720.
+@pytest.mark.parametrize(
+    ("budget_ms", "depth", "passages"),
+    [
+        (10_000, 20, 5),  # everything fits: the deepest plan
+        (2_720, 20, 5),  # exactly the deepest plan
+        (2_700, 20, 4),  # rerank is worth more than the fifth passage
+        (1_900, 20, 2),  # reranked top two (0.85) beat five in retrieval order (0.85, slower)
+        (1_500, 20, 1),  # reranked top one (0.75) beats two unreranked (0.70)
+        (1_000, 0, 1),
+        (720, 0, 1),
+    ],
+)
+def test_plans_shrink_with_the_budget(budget_ms: float, depth: int, passages: int) -> None:
+    plan = planner().plan(request(budget_ms))
+    assert plan.fits
+    assert (plan.knobs.rerank_depth, plan.knobs.passages) == (depth, passages)
+    assert plan.predicted_ms.total <= budget_ms
+
+
+def test_nothing_fits_gives_the_smallest_plan_marked_as_not_fitting() -> None:
+    plan = planner().plan(request(500))
+    assert not plan.fits
+    assert (plan.knobs.rerank_depth, plan.knobs.passages) == (0, 1)
+    assert plan.predicted_ms.total == pytest.approx(720)
+
+
+def test_a_queue_on_the_worker_shrinks_the_plan() -> None:
+    idle = planner().plan(request(2_000))
+    busy = planner().plan(request(2_000, ahead=400))  # 800 ms of someone else's prefill
+    assert busy.knobs.passages < idle.knobs.passages
+    assert busy.predicted_ms.first_token > 0
+
+
+def test_expected_cache_hits_buy_more_context() -> None:
+    cold = planner().plan(request(1_500))
+    warm = planner().plan(request(1_500, cached=0.8))
+    assert warm.quality > cold.quality
+
+
+def test_no_reranker_means_no_rerank_in_any_plan() -> None:
+    plan = planner().plan(
+        PlanInput(remaining_ms=60_000, query_tokens=5, max_passages=3, reranker=False)
+    )
+    assert plan.knobs.rerank_depth == 0
+    assert plan.knobs.passages == 3
+    assert plan.knobs.retrieve_k == 3
+
+
+def test_retrieval_depth_follows_rerank_depth_and_slack() -> None:
+    config = PlannerConfig(rerank_depths=(0, 20), retrieve_slack=2, margin_ms=0.0)
+    plan = Planner(StageModels(PRIORS), CURVE, config).plan(request(60_000))
+    assert plan.knobs.retrieve_k == 20
+    shallow = Planner(StageModels(PRIORS), CURVE, config).plan(request(1_000))
+    assert shallow.knobs.retrieve_k == shallow.knobs.passages + 2
+
+
+def test_the_safety_margin_is_held_back() -> None:
+    config = PlannerConfig(
+        rerank_depths=(0, 20),
+        margin_fraction=0.1,
+        margin_ms=50.0,
+        fixed_prompt_tokens=100,
+        passage_tokens=200,
+    )
+    plan = Planner(StageModels(PRIORS), CURVE, config).plan(request(2_720))
+    assert plan.available_ms == pytest.approx(2_720 * 0.9 - 50)
+    assert plan.predicted_ms.total <= plan.available_ms
+    assert (plan.knobs.rerank_depth, plan.knobs.passages) != (20, 5)
+
+
+def test_observed_timings_move_the_plan() -> None:
+    models = StageModels(PRIORS)
+    plan_before = Planner(models, CURVE, CONFIG).plan(request(2_720))
+    for _ in range(16):  # the reranker turns out five times slower than its prior
+        models.observe("rerank", 20, 2_000.0)
+    plan_after = Planner(models, CURVE, CONFIG).plan(request(2_720))
+    assert plan_before.knobs.rerank_depth == 20
+    assert plan_after.knobs.rerank_depth == 0
+
+
+def test_first_token_models_are_per_worker() -> None:
+    models = StageModels(PRIORS)
+    for _ in range(16):
+        models.observe("first_token", 1000, 8_000.0, worker="slow")
+    assert models.predict_ms("first_token", 1000, "slow") > 7_000
+    assert models.predict_ms("first_token", 1000, "fast") == pytest.approx(2_100)
+    assert "first_token@slow" in models.states()
+
+
+def test_generation_replan_keeps_the_most_passages_that_fit() -> None:
+    options = [
+        PromptOption(passages=5, prompt_tokens=1100, uncached_tokens=1100),
+        PromptOption(passages=3, prompt_tokens=700, uncached_tokens=700),
+        PromptOption(passages=1, prompt_tokens=300, uncached_tokens=300),
+    ]
+    p = planner()
+    chosen, predicted = p.passages_that_fit(1_600, options, 0.0, "")
+    assert chosen.passages == 3
+    assert predicted == pytest.approx(5 + 100 + 1_400)
+    chosen, _ = p.passages_that_fit(5_000, options, 0.0, "")
+    assert chosen.passages == 5
+    # Nothing fits: the smallest prompt goes anyway (the request was admitted).
+    chosen, predicted = p.passages_that_fit(100, options, 0.0, "")
+    assert chosen.passages == 1
+    assert predicted > 100
+    # A cached prefix makes the big prompt cheap.
+    cached = [PromptOption(passages=5, prompt_tokens=1100, uncached_tokens=100)]
+    assert p.passages_that_fit(600, cached, 0.0, "")[0].passages == 5
+    with pytest.raises(ValueError, match="no prompt options"):
+        p.passages_that_fit(600, [], 0.0, "")
+
+
+def test_quality_curve_lookup_and_validation() -> None:
+    assert CURVE.score(0, 0) == 0.0
+    assert CURVE.score(10, 2) == 0.70  # depth 10 not measured: depth 0's curve
+    assert CURVE.score(30, 9) == 0.92  # beyond the measured passages: the curve's end
+    with pytest.raises(ValueError, match="depth 0"):
+        QualityCurve({20: (0.5,)})
+    with pytest.raises(ValueError, match="monotone"):
+        QualityCurve({0: (0.5, 0.4)})
