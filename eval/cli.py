@@ -43,7 +43,7 @@ from retrieval.retriever import Retriever
 logger = logging.getLogger(__name__)
 
 
-def _index_of(corpus: Path, index: Path | None, embedder: SentenceTransformerEmbedder) -> Path:
+def index_of(corpus: Path, index: Path | None, embedder: SentenceTransformerEmbedder) -> Path:
     """The index of `corpus`: `index` where it holds one, else built (resumably) there or in
     the cache; checked against the corpus when opened."""
     checksum = corpus_checksum(corpus)
@@ -57,7 +57,7 @@ def _index_of(corpus: Path, index: Path | None, embedder: SentenceTransformerEmb
 
 def _open_retriever(args: argparse.Namespace) -> Retriever:
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder))
-    index_dir = _index_of(args.corpus, args.index, embedder)
+    index_dir = index_of(args.corpus, args.index, embedder)
     return Retriever.open(index_dir, embedder, corpus_checksum=corpus_checksum(args.corpus))
 
 
@@ -170,7 +170,7 @@ def _in_process_settings(args: argparse.Namespace) -> Settings:
         raise ServiceError("in-process answering needs --passages (or --index), or --url")
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder))
     index_dir = (
-        args.index if args.passages is None else _index_of(args.passages, args.index, embedder)
+        args.index if args.passages is None else index_of(args.passages, args.index, embedder)
     )
     overrides: dict[str, Any] = {"index_dir": index_dir, "embedder_model": args.embedder}
     if args.sglang_url:

@@ -44,6 +44,10 @@ class RequestRecord:
     level started; `planned_offset_s` is the Poisson arrival time (open loop only), so
     `start_offset_s - planned_offset_s` is the client's own scheduling lag. `dropped` requests
     were never sent (the client's in-flight cap was reached).
+
+    The optional tail is written only when set: `passages_in_prompt` from the `done` event,
+    `answer` (the answer's text, for requests that finished ok, when the run keeps answers) and
+    the `plan_*` choices of the service's `plan` event.
     """
 
     question_id: str
@@ -63,6 +67,13 @@ class RequestRecord:
     completion_tokens: int | None = None
     outcome: str | None = None
     stages_ms: tuple[tuple[str, float], ...] = ()
+    passages_in_prompt: int | None = None
+    answer: str | None = None
+    plan_planner: bool | None = None
+    plan_rerank_depth: int | None = None
+    plan_passages: int | None = None
+    plan_retrieve_k: int | None = None
+    plan_cuts: tuple[str, ...] | None = None
 
     @property
     def lag_ms(self) -> float | None:
@@ -89,18 +100,37 @@ class RequestRecord:
             "completion_tokens": self.completion_tokens,
             "outcome": self.outcome,
             "stages_ms": dict(self.stages_ms),
+            **{
+                name: list(value) if isinstance(value, tuple) else value
+                for name in _OPTIONAL
+                if (value := getattr(self, name)) is not None
+            },
         }
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> RequestRecord:
+        cuts = value.get("plan_cuts")
         return cls(
             **{
                 **value,
                 "status": cast(Status, value["status"]),
                 "itl_ms": tuple(value["itl_ms"]),
                 "stages_ms": tuple(value["stages_ms"].items()),
+                "plan_cuts": None if cuts is None else tuple(cuts),
             }
         )
+
+
+# RequestRecord's fields that `to_json` writes only when they are set.
+_OPTIONAL = (
+    "passages_in_prompt",
+    "answer",
+    "plan_planner",
+    "plan_rerank_depth",
+    "plan_passages",
+    "plan_retrieve_k",
+    "plan_cuts",
+)
 
 
 @dataclass(frozen=True, slots=True)

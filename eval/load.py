@@ -19,8 +19,10 @@ Each request in flight holds a keep-alive connection of its own (`DedicatedClien
 never waits for one on the client side; `SharedClient` (one `httpx.AsyncClient` and its pool)
 is kept for the overhead benchmark, which shows why it is not the default. No redirects, no
 proxies from the environment: the requests go to the given URL and nowhere else. Client TTFT
-runs from the moment a request is handed to its client to the first `token` event; unknown
-events (`plan`, `citation`, ...) are ignored. The statistics over the records are in
+runs from the moment a request is handed to its client to the first `token` event. A `plan`
+event's choices (rerank depth, passages, retrieval depth, cuts) are kept in the record; the
+answer text (the `token` events joined) only with `LoadConfig.keep_answers`, for scoring.
+Other events (`citation`, ...) are ignored. The statistics over the records are in
 `eval/latency_stats.py`.
 """
 
@@ -41,12 +43,12 @@ from typing import Any, Protocol
 import anyio.lowlevel
 import httpx
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 from tqdm import tqdm
 
 from answer_service.sse_client import iter_events
 from eval.checkpoint import RunCheckpoint
 from eval.latency_stats import LevelKind, LevelRun, RequestRecord, Status, counts
+from eval.load_events import DoneStats, PlanChoices
 from retrieval.errors import CorpusFormatError
 from retrieval.jsonl import json_objects
 
@@ -72,6 +74,8 @@ class LoadConfig:
     ttft_budget_ms: int | None = None
     top_k: int | None = None
     cooldown_s: float = 0.0
+    # Keep each answer's text in its record (to score it); off, the records stay small.
+    keep_answers: bool = False
 
     @property
     def answer_url(self) -> str:
@@ -189,25 +193,6 @@ async def warm_up() -> None:
     await anyio.lowlevel.checkpoint()
 
 
-class _DoneStats(BaseModel):
-    """The `done` event's fields the load generator reads; others are ignored, all optional so
-    an older or newer service still gets measured."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    outcome: str | None = None
-    ttft_ms: float | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    completion_tokens: int | None = None
-    timings_ms: dict[str, float] | None = None
-    stages: dict[str, float] | None = None
-
-    def stages_ms(self) -> tuple[tuple[str, float], ...]:
-        stages = self.timings_ms or self.stages or {}
-        return tuple((name.removesuffix("_ms"), value) for name, value in stages.items())
-
-
 @dataclass(frozen=True, slots=True)
 class RequestSlot:
     """Where a request sits in its level: which level, which question, when it was due."""
@@ -254,7 +239,9 @@ async def send_request(
     token_times: list[float] = []
     http_status: int | None = None
     error_code: str | None = None
-    done: _DoneStats | None = None
+    done: DoneStats | None = None
+    plan: PlanChoices | None = None
+    answer: list[str] | None = [] if config.keep_answers else None
     status: Status = "ok"
     try:
         async with (
@@ -272,17 +259,21 @@ async def send_request(
                 async for event in iter_events(response):
                     if event.event == "token":
                         token_times.append(time.perf_counter())
+                        if answer is not None:
+                            answer.append(str(event.data.get("text", "")))
+                    elif event.event == "plan":
+                        plan = PlanChoices.model_validate(event.data)
                     elif event.event == "error":
                         status, error_code = "error", str(event.data.get("code", "error"))
                     elif event.event == "done":
-                        done = _DoneStats.model_validate(event.data)
+                        done = DoneStats.model_validate(event.data)
                 if done is None and status == "ok":
                     status, error_code = "error", "stream_ended_without_done"
     except (TimeoutError, httpx.TimeoutException):
         status = "timeout"
     except httpx.HTTPError as exc:
         status, error_code = "error", type(exc).__name__
-    except ValueError:  # a malformed event: bad JSON, or a `done` that fails validation
+    except ValueError:  # a malformed event: bad JSON, a `done` or `plan` failing validation
         status, error_code = "error", "malformed_event"
     ended_s = time.perf_counter()
     return slot.record(
@@ -299,6 +290,9 @@ async def send_request(
         completion_tokens=done.completion_tokens if done else None,
         outcome=done.outcome if done else None,
         stages_ms=done.stages_ms() if done else (),
+        passages_in_prompt=done.passages_in_prompt if done else None,
+        answer="".join(answer) if answer is not None and status == "ok" else None,
+        **(plan.fields() if plan else {}),
     )
 
 

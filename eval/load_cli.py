@@ -31,7 +31,10 @@ The result (the common keys are written by `eval/results.py`):
       "requests": [{"question_id", "status", "rate_rps", "concurrency", "start_offset_s",
                     "planned_offset_s", "http_status", "error_code", "client_ttft_ms",
                     "server_ttft_ms", "e2e_ms", "itl_ms": [...], "prompt_tokens",
-                    "cached_tokens", "completion_tokens", "outcome", "stages_ms": {...}}, ...]
+                    "cached_tokens", "completion_tokens", "outcome", "stages_ms": {...},
+                    # only where set: from `done`, the `plan` event, and --keep-answers
+                    "passages_in_prompt", "plan_planner", "plan_rerank_depth", "plan_passages",
+                    "plan_retrieve_k", "plan_cuts": [...], "answer"}, ...]
     }
 
 `status` is one of ok, error, rejected (429/503 with Retry-After), timeout, dropped (over the
@@ -95,6 +98,9 @@ def add_load_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     load.add_argument("--arrival-seed", type=int, default=0, help="seeds the Poisson arrivals")
     load.add_argument("--ttft-budget-ms", type=int, help="sent with each request")
     load.add_argument("--top-k", type=int, help="sent with each request")
+    load.add_argument(
+        "--keep-answers", action="store_true", help="keep each answer's text in its record"
+    )
     load.set_defaults(run=_load)
 
 
@@ -119,6 +125,7 @@ def _identity(args: argparse.Namespace, kind: LevelKind) -> dict[str, Any]:
         "max_in_flight": args.max_in_flight,
         "ttft_budget_ms": args.ttft_budget_ms,
         "top_k": args.top_k,
+        "keep_answers": args.keep_answers,
     }
 
 
@@ -134,6 +141,7 @@ async def _load(args: argparse.Namespace) -> int:
         ttft_budget_ms=args.ttft_budget_ms,
         top_k=args.top_k,
         cooldown_s=args.cooldown_s,
+        keep_answers=args.keep_answers,
     )
     identity = _identity(args, kind)
     checkpoint = RunCheckpoint(args.out, identity)

@@ -1,0 +1,120 @@
+"""The load engine keeps what the planner benchmark scores: the `plan` event's choices, the
+`done` event's passage count and, when asked, the answer's text; against a small real FastAPI
+app over HTTP that streams `plan`, `sources`, `token` and `done` events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+
+from eval.latency_stats import RequestRecord
+from eval.load import DedicatedClients, LoadConfig, LoadQuestion, RequestSlot, send_request
+from tests.support import serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+PLAN = {
+    "planner": True,
+    "rerank_depth": 10,
+    "passages": 4,
+    "retrieve_k": 10,
+    "cuts": ["rerank", {"stage": "passages", "from": 5}],
+    "predicted_ms": {"rerank": 120.0},
+    "actual_ms": {"rerank": 131.5},
+}
+TOKENS = ("The Denver", " Broncos", " [1].")
+
+
+def _sse(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def _service() -> FastAPI:
+    """The question's first word says what to send: `plain` has no plan event, `broken` ends
+    with an `error` event, `odd` sends a plan whose fields have the wrong types."""
+    app = FastAPI()
+
+    @app.post("/v1/answer")
+    async def answer(request: Request) -> Response:
+        kind = (await request.json())["query"].split()[0]
+
+        async def events() -> AsyncIterator[str]:
+            if kind == "odd":
+                yield _sse("plan", {"rerank_depth": "deep"})
+            elif kind != "plain":
+                yield _sse("plan", PLAN)
+            yield _sse("sources", {"sources": []})
+            for text in TOKENS:
+                yield _sse("token", {"text": text})
+            if kind == "broken":
+                yield _sse("error", {"stage": "generate", "code": "generation_failed"})
+            done = {"outcome": "ok", "ttft_ms": 5.0, "passages_in_prompt": 4, "degraded": []}
+            yield _sse("done", done)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with serve_in_thread(_service()) as base:
+        yield base
+
+
+async def _ask(url: str, question: str, *, keep_answers: bool) -> RequestRecord:
+    config = LoadConfig(url=url, duration_s=1.0, request_timeout_s=5.0, keep_answers=keep_answers)
+    clients = DedicatedClients(config)
+    try:
+        slot = RequestSlot(LoadQuestion("q1", question), 0.0, rate_rps=1.0)
+        return await send_request(clients, config, slot)
+    finally:
+        await clients.aclose()
+
+
+async def test_keeps_the_answer_and_the_plan(url: str) -> None:
+    record = await _ask(url, "planned question", keep_answers=True)
+    assert record.status == "ok"
+    assert record.answer == "The Denver Broncos [1]."
+    assert record.plan_planner is True
+    assert (record.plan_rerank_depth, record.plan_passages, record.plan_retrieve_k) == (10, 4, 10)
+    # A cut that is not a string is kept as its JSON text.
+    assert record.plan_cuts == ("rerank", '{"from": 5, "stage": "passages"}')
+    assert record.passages_in_prompt == 4
+    written = json.loads(json.dumps(record.to_json()))
+    assert RequestRecord.from_json(written).to_json() == written
+    assert RequestRecord.from_json(written).plan_cuts == record.plan_cuts
+
+
+async def test_keeps_no_answer_unless_asked(url: str) -> None:
+    record = await _ask(url, "planned question", keep_answers=False)
+    assert record.status == "ok"
+    assert record.answer is None
+    assert "answer" not in record.to_json()
+    assert record.plan_passages == 4
+
+
+async def test_a_stream_without_a_plan_records_none_and_writes_no_plan_fields(url: str) -> None:
+    record = await _ask(url, "plain question", keep_answers=True)
+    assert record.status == "ok"
+    assert record.answer == "".join(TOKENS)
+    assert (record.plan_passages, record.plan_rerank_depth, record.plan_cuts) == (None, None, None)
+    written = record.to_json()
+    assert not [key for key in written if key.startswith("plan_")]
+    assert RequestRecord.from_json(written).to_json() == written
+
+
+async def test_a_failed_answer_keeps_no_text(url: str) -> None:
+    record = await _ask(url, "broken question", keep_answers=True)
+    assert (record.status, record.error_code, record.answer) == ("error", "generation_failed", None)
+    assert record.plan_passages == 4
+
+
+async def test_a_plan_of_the_wrong_shape_is_a_malformed_event(url: str) -> None:
+    record = await _ask(url, "odd question", keep_answers=True)
+    assert (record.status, record.error_code, record.answer) == ("error", "malformed_event", None)
