@@ -15,7 +15,7 @@ import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
-from answer_service.planning import PlanningConfig
+from answer_service.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
 from answer_service.settings import Settings
 from answer_service.telemetry import RecentTraces, build_tracer_provider
 from generation.errors import GenerationError
@@ -204,5 +204,8 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
             tier_weights=tuple(settings.tier_weights.items()),
             default_tier=settings.default_tier,
             tier_max_wait_ms=settings.tier_max_wait_ms,
+            quality=read_quality_curves(settings.planner_quality_file)
+            if settings.planner_quality_file
+            else DEFAULT_QUALITY,
         ),
     )

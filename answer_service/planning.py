@@ -13,9 +13,11 @@ reranker is loaded); the plan is still predicted and recorded, so the two can be
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from answer_service.admission import GenerationGate
 from answer_service.events import Cut, PlanRecord
@@ -32,15 +34,25 @@ from budget.planner import (
     StageTimes,
 )
 
-# The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10),
-# by rerank depth: `python -m eval.quality_curves` (eval/results/quality-curves.json).
+# The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10) in
+# hybrid retrieval order: `python -m eval.quality_curves` (eval/results/quality-curves.json).
+# No reranker weights can be had on the machines this was measured on, so there is no curve for
+# a rerank depth and the planner never pays for one; `ANSWER_PLANNER_QUALITY_FILE` loads the
+# curves measured with the reranker a deployment serves.
 DEFAULT_QUALITY = QualityCurve(
-    {
-        0: (0.61, 0.76, 0.84, 0.88, 0.91, 0.92, 0.93, 0.94, 0.95, 0.95),
-        10: (0.72, 0.84, 0.89, 0.92, 0.93, 0.94, 0.95, 0.95, 0.96, 0.96),
-        20: (0.74, 0.86, 0.90, 0.93, 0.94, 0.95, 0.96, 0.96, 0.97, 0.97),
-    }
+    {0: (0.723, 0.873, 0.917, 0.947, 0.953, 0.963, 0.963, 0.967, 0.970, 0.970)}
 )
+
+
+def read_quality_curves(path: Path) -> QualityCurve:
+    """The `gold_in_top_n` curves by rerank depth of an `eval.quality_curves` result file."""
+    try:
+        depths = json.loads(path.read_text())["metrics"]["depths"]
+        return QualityCurve(
+            {int(depth): tuple(curve["gold_in_top_n"]) for depth, curve in depths.items()}
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a quality-curves result: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from answer_service.planning import read_quality_curves
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.reranker import DEFAULT_RERANKER
 
@@ -74,6 +75,9 @@ class Settings(BaseSettings):
     planner_rerank_depths: Annotated[list[int], NoDecode] = Field(
         default_factory=lambda: [0, 10, 20]
     )
+    # Expected quality by rerank depth and passages (an `eval.quality_curves` result); default:
+    # the hybrid-order curve measured on SQuAD (answer_service/planning.py).
+    planner_quality_file: Path | None = None
     # Held back from the time left: the models' misses.
     planner_margin_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
     planner_margin_ms: float = Field(default=50.0, ge=0.0)
@@ -113,6 +117,13 @@ class Settings(BaseSettings):
         if 0 not in value or any(depth < 0 for depth in value):
             raise ValueError("planner_rerank_depths must include 0 (no rerank) and no negatives")
         return sorted(set(value))
+
+    @field_validator("planner_quality_file")
+    @classmethod
+    def _readable_curves(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            read_quality_curves(value)  # a bad file fails at start-up, with its reason
+        return value
 
     @field_validator("tier_weights")
     @classmethod

@@ -206,31 +206,59 @@ class Planner:
         return remaining_ms * (1.0 - config.margin_fraction) - config.margin_ms
 
     def plan(self, request: PlanInput) -> Plan:
-        """The best plan that fits the time left; else the smallest one, with `fits=False`."""
-        best: Plan | None = None
-        smallest: Plan | None = None
-        depths = self.config.rerank_depths if request.reranker else (0,)
+        """The best plan that fits the time left; else the smallest one, with `fits=False`.
+
+        Each stage is predicted once per distinct amount of work (not once per candidate), so
+        the choice over every depth x passages combination stays well under a millisecond.
+        """
+        models, config = self.models, self.config
+        available = self.available_ms(request.remaining_ms)
+        depths = config.rerank_depths if request.reranker else (0,)
+        embed_ms = models.predict_ms("embed", request.query_tokens)
+        generation_ms = [
+            models.predict_ms("prompt", n)
+            + models.predict_ms(
+                "first_token",
+                request.prefill_ahead_tokens + self._uncached(request, n),
+                request.worker,
+            )
+            for n in range(1, max(request.max_passages, 1) + 1)
+        ]
+        search_ms: dict[int, float] = {}
+        best: tuple[float, float, int, int] | None = None  # quality, total, depth, passages
+        smallest: tuple[float, int, int] | None = None
         for depth in depths:
-            for passages in range(1, max(request.max_passages, 1) + 1):
-                plan = self.evaluate(request, depth, passages)
-                if smallest is None or plan.predicted_ms.total < smallest.predicted_ms.total:
-                    smallest = plan
-                if plan.fits and (best is None or _better(plan, best)):
-                    best = plan
+            rerank_ms = models.predict_ms("rerank", depth) if depth else 0.0
+            for passages, gen_ms in enumerate(generation_ms, start=1):
+                k = max(depth, passages + config.retrieve_slack)
+                if k not in search_ms:
+                    search_ms[k] = models.predict_ms("search", k)
+                total = embed_ms + search_ms[k] + rerank_ms + gen_ms
+                if smallest is None or total < smallest[0]:
+                    smallest = (total, depth, passages)
+                if total <= available:
+                    quality = self.quality.score(depth, passages)
+                    if best is None or _better(quality, total, best[0], best[1]):
+                        best = (quality, total, depth, passages)
         assert smallest is not None
-        return best or smallest
+        if best is not None:
+            return self.evaluate(request, best[2], best[3])
+        return self.evaluate(request, smallest[1], smallest[2])
+
+    def _uncached(self, request: PlanInput, passages: int) -> float:
+        prompt_tokens = (
+            self.config.fixed_prompt_tokens
+            + request.query_tokens
+            + passages * self.config.passage_tokens
+        )
+        return prompt_tokens * (1.0 - min(max(request.cached_share, 0.0), 1.0))
 
     def evaluate(self, request: PlanInput, depth: int, passages: int) -> Plan:
         """One candidate: its predicted stage times and quality against the time left."""
         available = self.available_ms(request.remaining_ms)
         models = self.models
         retrieve_k = max(depth, passages + self.config.retrieve_slack)
-        prompt_tokens = (
-            self.config.fixed_prompt_tokens
-            + request.query_tokens
-            + passages * self.config.passage_tokens
-        )
-        uncached = prompt_tokens * (1.0 - min(max(request.cached_share, 0.0), 1.0))
+        uncached = self._uncached(request, passages)
         times = StageTimes(
             embed=models.predict_ms("embed", request.query_tokens),
             search=models.predict_ms("search", retrieve_k),
@@ -273,8 +301,8 @@ class Planner:
         return last
 
 
-def _better(plan: Plan, other: Plan) -> bool:
+def _better(quality: float, total_ms: float, other_quality: float, other_total_ms: float) -> bool:
     """Higher quality wins; equal quality (within 0.5 point) goes to the faster plan."""
-    if abs(plan.quality - other.quality) > 0.005:
-        return plan.quality > other.quality
-    return plan.predicted_ms.total < other.predicted_ms.total
+    if abs(quality - other_quality) > 0.005:
+        return quality > other_quality
+    return total_ms < other_total_ms

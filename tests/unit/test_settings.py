@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -30,3 +33,31 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANSWER_DEFAULT_TTFT_BUDGET_MS", "0")
     with pytest.raises(ValidationError, match="default_ttft_budget_ms"):
         Settings()
+
+
+def test_planner_settings_are_validated(tmp_path: Path) -> None:
+    assert Settings(planner_rerank_depths="0,20,10").planner_rerank_depths == [0, 10, 20]
+    with pytest.raises(ValidationError, match="must include 0"):
+        Settings(planner_rerank_depths="10,20")
+    with pytest.raises(ValidationError, match="default_tier 'gold' is not in tier_weights"):
+        Settings(default_tier="gold")
+    with pytest.raises(ValidationError, match="weight > 0"):
+        Settings(tier_weights={"a": 0})
+    bad = tmp_path / "curves.json"
+    bad.write_text('{"metrics": {}}')
+    with pytest.raises(ValidationError, match="is not a quality-curves result"):
+        Settings(planner_quality_file=bad)
+    good = tmp_path / "good.json"
+    good.write_text(
+        json.dumps(
+            {
+                "metrics": {
+                    "depths": {
+                        "0": {"gold_in_top_n": [0.5, 0.7]},
+                        "20": {"gold_in_top_n": [0.6, 0.8]},
+                    }
+                }
+            }
+        )
+    )
+    assert Settings(planner_quality_file=good).planner_quality_file == good
