@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from generation.sglang_server import COMPAT_DIR, SGLangServer, SGLangServerConfig
+from generation.sglang_server import (
+    COMPAT_DIR,
+    SGLangServer,
+    SGLangServerConfig,
+    cpu_has_native_bf16,
+)
 
 PYTHON = Path("/venv/bin/python")
 MODEL = Path("/models/tiny")
@@ -82,3 +87,17 @@ def test_url_and_default_paths(tmp_path: Path) -> None:
     assert server.url == "http://127.0.0.1:30001"
     assert server.pid_path == tmp_path / "run" / "sglang-30001.pid"
     assert server.log_path == tmp_path / "logs" / "sglang-30001.log"
+
+
+def test_cpu_dtype_follows_the_cpu(tmp_path: Path) -> None:
+    fp32 = SGLangServer(SGLangServerConfig()).command(PYTHON, MODEL, "cpu", "float32")
+    assert _flag_value(fp32, "--dtype") == "float32"
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("flags\t: fpu sse2 avx2 fma\n")
+    bf16 = tmp_path / "sapphire"
+    bf16.write_text("flags\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert not cpu_has_native_bf16(avx2)
+    assert cpu_has_native_bf16(bf16)
+    assert not cpu_has_native_bf16(tmp_path / "missing")
+    pinned = SGLangServer(SGLangServerConfig(cpu_dtype="bfloat16"))
+    assert pinned.resolved_cpu_dtype() == "bfloat16"
