@@ -144,6 +144,29 @@ async def _stream(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> AsyncIt
         yield _sse(event)
 
 
+async def _prepare_while_connected(
+    http_request: Request, pipeline: AnswerPipeline, request: AnswerRequest, deadline: Deadline
+) -> PreparedAnswer | None:
+    """`pipeline.prepare`, given up (None) when the client goes away first: a request waiting
+    for a generation slot leaves the queue instead of taking a slot nobody will read."""
+    task = asyncio.create_task(pipeline.prepare(request, deadline))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await http_request.is_disconnected():
+                logger.info("client disconnected before its answer began")
+                task.cancel()
+                (outcome,) = await asyncio.gather(task, return_exceptions=True)
+                if isinstance(outcome, PreparedAnswer):  # it finished as it was cancelled
+                    outcome.close_nowait()
+                return None
+    finally:
+        if not task.done():
+            task.cancel()
+
+
 async def _collect_while_connected(
     request: Request, pipeline: AnswerPipeline, prepared: PreparedAnswer
 ) -> Response:
@@ -209,7 +232,9 @@ async def answer(
     if pipeline is None:
         reason = components.warm_up_error or "warming up"
         raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
-    prepared = await pipeline.prepare(request, deadline)
+    prepared = await _prepare_while_connected(http_request, pipeline, request, deadline)
+    if prepared is None:
+        return Response(status_code=499)
     if not body.stream:
         try:
             return await _collect_while_connected(http_request, pipeline, prepared)

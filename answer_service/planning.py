@@ -145,14 +145,6 @@ class RequestPlanning:
             workers, config.slots_per_worker, dict(config.tier_weights), config.tier_max_wait_ms
         )
 
-    def tier(self, requested: str | None) -> str:
-        """The tier a request runs in; an unknown name is the caller's error (ValueError)."""
-        if requested is None:
-            return self.config.default_tier
-        if requested not in self.gate.tiers:
-            raise ValueError(f"unknown tier {requested!r}; tiers: {sorted(self.gate.tiers)}")
-        return requested
-
     def start(
         self,
         query: str,

@@ -139,3 +139,36 @@ def test_a_request_that_waited_for_its_slot_gets_fewer_passages(
     assert cut["stage"] == "passages"
     assert cut["planned"] == 5
     assert "first token predicted" in cut["reason"]
+
+
+def test_a_client_gone_while_queued_leaves_the_queue(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    """One slot, held for ~1.5 s by A; B's client gives up while B waits for it: B must never
+    reach SGLang, and the slot goes on to C."""
+    url_sglang, state = fake
+    state.token_delay_s = 1.5
+    with service(sglang_url=url_sglang, max_new_tokens=1, default_ttft_budget_ms=30_000) as url:
+
+        async def run() -> int:
+            async with httpx.AsyncClient(timeout=30) as http:
+                first = asyncio.create_task(
+                    http.post(f"{url}/v1/answer", json={"query": QUESTION, "stream": False})
+                )
+                await asyncio.sleep(0.3)
+                with pytest.raises(httpx.ReadTimeout):
+                    await http.post(
+                        f"{url}/v1/answer",
+                        json={"query": "Who gave up waiting?", "stream": False},
+                        timeout=0.4,
+                    )
+                third = await http.post(
+                    f"{url}/v1/answer", json={"query": "Where is Warsaw?", "stream": False}
+                )
+                assert (await first).status_code == 200
+                return third.status_code
+
+        assert asyncio.run(run()) == 200
+    prompts = [request["text"] for request in state.requests]
+    assert len(prompts) == 2
+    assert not any("Who gave up waiting?" in prompt for prompt in prompts)

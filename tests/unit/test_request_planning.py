@@ -1,0 +1,65 @@
+"""The planner as the service runs it: the plan at arrival, admission, slices and cuts."""
+
+from __future__ import annotations
+
+import pytest
+
+from answer_service.planning import PlanningConfig, RequestPlanning
+from budget import CacheEstimator
+
+W = "http://worker"
+
+
+def planning(**config: object) -> RequestPlanning:
+    return RequestPlanning(PlanningConfig(**config), [W])  # type: ignore[arg-type]
+
+
+def test_an_idle_worker_and_a_roomy_budget_get_every_passage() -> None:
+    tracker = planning().start("who won?", 5, 10_000, 10_000, "standard", False, CacheEstimator())
+    assert tracker.plan.fits
+    assert tracker.knobs.passages == 5
+    assert tracker.planner
+
+
+async def test_a_long_queue_makes_the_request_not_fit() -> None:
+    p = planning()
+    cache = CacheEstimator()
+    idle = p.start("q", 5, 3_000, 3_000, "standard", False, cache)
+    assert idle.plan.fits
+    held = await p.gate.acquire(W, "standard", 20_000)  # ~38 s of prefill ahead
+    busy = p.start("q", 5, 3_000, 3_000, "standard", False, cache)
+    assert not busy.plan.fits
+    assert busy.knobs.passages == 1  # the smallest plan, for the refusal message
+    assert p.retry_after_s() >= 30
+    held.release()
+    assert p.retry_after_s() == 1
+
+
+def test_planner_off_fixes_the_knobs_whatever_the_budget() -> None:
+    p = planning(enabled=False, fixed_rerank_depth=15)
+    tracker = p.start("q", 4, 10, 10, "standard", True, CacheEstimator())
+    assert not tracker.planner
+    assert (tracker.knobs.rerank_depth, tracker.knobs.passages) == (15, 4)
+    assert not tracker.plan.fits  # predicted and recorded all the same
+    no_reranker = p.start("q", 4, 10, 10, "standard", False, CacheEstimator())
+    assert no_reranker.knobs.rerank_depth == 0
+
+
+def test_slices_share_out_the_spare_time_and_cuts_change_the_knobs() -> None:
+    tracker = planning().start("q", 3, 20_000, 20_000, "premium", False, CacheEstimator())
+    predicted = tracker.plan.predicted_ms
+    whole = tracker.slice_ms("embed", "search", "rerank", "prompt", "first_token")
+    assert whole == pytest.approx(tracker.plan.available_ms)
+    assert tracker.slice_ms("embed") == pytest.approx(
+        predicted.embed * tracker.plan.available_ms / predicted.total
+    )
+    tracker.spent(embed=12.0, search=3.0)
+    tracker.cut("passages", "first token predicted late", 1)
+    record = tracker.record(planning().config.quality)
+    assert record.knobs.passages == 1
+    assert record.initial.passages == 3
+    assert record.actual_ms.embed == 12.0
+    assert record.cuts[0].planned == 3
+    assert record.cuts[0].done == 1
+    assert record.quality == pytest.approx(0.723)
+    assert record.tier == "premium"
