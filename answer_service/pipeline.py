@@ -50,7 +50,7 @@ from answer_service.pipeline_values import (
 from answer_service.planning import PlanningConfig, PlanTracker, RequestPlanning
 from answer_service.prepared import Generation, PreparedAnswer
 from budget import CacheEstimator, Deadline
-from budget.planner import PromptOption
+from budget.planner import Knobs, PromptOption
 from generation.errors import (
     GenerationError,
     PromptTooLongError,
@@ -171,6 +171,8 @@ class AnswerPipeline:
                 "answer",
                 retry_after_s=planning.retry_after_s(),
             )
+        if sources_only:  # the sources a full answer would have had, no rerank, no prompt
+            tracker.knobs = Knobs(0, request.top_k, request.top_k)
         retrieved = await self._retrieve(request, deadline, hard, tracker)
         prepared = PreparedAnswer(
             request=request,
@@ -411,7 +413,10 @@ class AnswerPipeline:
         prompt = prompts[n]
         tree.insert([p.source_id for p in prompt.passages])
         if tracker.planner and n < tracker.knobs.passages:
-            reason = f"first token predicted at {predicted_ms:.0f} ms with more passages"
+            reason = (
+                f"{tracker.knobs.passages} passages no longer fit the time left; first token "
+                f"predicted at {predicted_ms:.0f} ms with {n}"
+            )
             tracker.cut("passages", reason, n)
         return prompt, option
 
