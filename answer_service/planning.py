@@ -22,6 +22,7 @@ from pathlib import Path
 from answer_service.admission import GenerationGate
 from answer_service.events import Cut, PlanRecord
 from budget import CacheEstimator
+from budget.arrivals import ArrivalRate
 from budget.planner import (
     Knobs,
     Plan,
@@ -141,6 +142,8 @@ class RequestPlanning:
                 margin_ms=config.margin_ms,
             ),
         )
+        self.arrivals = ArrivalRate()
+        self.workers = max(len(workers), 1)
         self.gate = GenerationGate(
             workers, config.slots_per_worker, dict(config.tier_weights), config.tier_max_wait_ms
         )
@@ -165,7 +168,9 @@ class RequestPlanning:
             prefill_ahead_tokens=self.gate.pending_tokens(worker),
             worker=worker,
             cached_share=cache.cached_share(worker),
+            arrival_rate_rps=self.arrivals.per_second() / self.workers,
         )
+        self.arrivals.mark()  # after: the rate is that of the requests before this one
         if self.config.enabled:
             plan = self.planner.plan(request)
         else:

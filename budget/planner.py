@@ -157,6 +157,8 @@ class PlanInput:
     worker: str = ""
     # The expected share of this request's prompt tokens SGLang will serve from its cache.
     cached_share: float = 0.0
+    # Requests arriving per second per worker, recently: what this request's prefill delays.
+    arrival_rate_rps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +172,18 @@ class PlannerConfig:
     # Kept back from the time left, as a fraction plus a constant: the models' misses.
     margin_fraction: float = 0.1
     margin_ms: float = 50.0
+    # The share of a worker's time prefills may take at the current arrival rate: a plan whose
+    # prefill would push past it is not chosen (unless nothing smaller exists), because every
+    # request arriving meanwhile waits behind it. Decoding needs the rest of the cores.
+    max_utilization: float = 0.5
 
     def __post_init__(self) -> None:
         if 0 not in self.rerank_depths or any(d < 0 for d in self.rerank_depths):
             raise ValueError("rerank_depths must contain 0 and no negative depth")
         if not 0.0 <= self.margin_fraction < 1.0 or self.margin_ms < 0:
             raise ValueError("the safety margin must be a fraction in [0, 1) and ms >= 0")
+        if not 0.0 < self.max_utilization <= 1.0:
+            raise ValueError("max_utilization must be in (0, 1]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +223,7 @@ class Planner:
         available = self.available_ms(request.remaining_ms)
         depths = config.rerank_depths if request.reranker else (0,)
         embed_ms = models.predict_ms("embed", request.query_tokens)
+        passages_range = range(1, max(request.max_passages, 1) + 1)
         generation_ms = [
             models.predict_ms("prompt", n)
             + models.predict_ms(
@@ -222,8 +231,9 @@ class Planner:
                 request.prefill_ahead_tokens + self._uncached(request, n),
                 request.worker,
             )
-            for n in range(1, max(request.max_passages, 1) + 1)
+            for n in passages_range
         ]
+        sustainable = self._sustainable_passages(request, passages_range)
         search_ms: dict[int, float] = {}
         best: tuple[float, float, int, int] | None = None  # quality, total, depth, passages
         smallest: tuple[float, int, int] | None = None
@@ -236,7 +246,7 @@ class Planner:
                 total = embed_ms + search_ms[k] + rerank_ms + gen_ms
                 if smallest is None or total < smallest[0]:
                     smallest = (total, depth, passages)
-                if total <= available:
+                if total <= available and passages <= sustainable:
                     quality = self.quality.score(depth, passages)
                     if best is None or _better(quality, total, best[0], best[1]):
                         best = (quality, total, depth, passages)
@@ -244,6 +254,21 @@ class Planner:
         if best is not None:
             return self.evaluate(request, best[2], best[3])
         return self.evaluate(request, smallest[1], smallest[2])
+
+    def _sustainable_passages(self, request: PlanInput, passages_range: range) -> int:
+        """The most passages whose own prefill keeps the worker's prefill utilization (arrival
+        rate x prefill time) under `max_utilization`; at least one."""
+        if request.arrival_rate_rps <= 0:
+            return passages_range[-1]
+        most = 1
+        for n in passages_range:
+            own_ms = self.models.predict_ms(
+                "first_token", self._uncached(request, n), request.worker
+            )
+            if request.arrival_rate_rps * own_ms / 1000.0 > self.config.max_utilization:
+                break
+            most = n
+        return most
 
     def _uncached(self, request: PlanInput, passages: int) -> float:
         prompt_tokens = (

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from budget.arrivals import ArrivalRate
 from budget.latency_model import LinearPrior
 from budget.planner import (
     PlanInput,
@@ -177,3 +180,27 @@ def test_quality_curve_lookup_and_validation() -> None:
         QualityCurve({20: (0.5,)})
     with pytest.raises(ValueError, match="monotone"):
         QualityCurve({0: (0.5, 0.4)})
+
+
+def test_a_high_arrival_rate_keeps_prefills_short() -> None:
+    p = planner()  # one passage: 720 ms of prefill and overhead, five: 2_320 ms
+    calm = p.plan(request(10_000))
+    assert calm.knobs.passages == 5
+    busy = p.plan(dataclasses.replace(request(10_000), arrival_rate_rps=0.4))
+    # max_utilization 0.5 at 0.4 rps: a prefill may take 1.25 s: two passages (1_100 ms).
+    assert busy.knobs.passages == 2
+    swamped = p.plan(dataclasses.replace(request(10_000), arrival_rate_rps=5.0))
+    assert swamped.knobs.passages == 1
+    assert swamped.fits
+
+
+def test_arrival_rate_over_a_sliding_window() -> None:
+    now = [0.0]
+    rate = ArrivalRate(window_s=10.0, clock=lambda: now[0])
+    assert rate.per_second() == 0.0
+    for step in range(50):  # 2 per second for 25 s
+        now[0] = step * 0.5
+        rate.mark()
+    assert rate.per_second() == pytest.approx(2.0, abs=0.11)
+    now[0] = 40.0
+    assert rate.per_second() == 0.0
