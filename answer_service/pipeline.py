@@ -162,7 +162,9 @@ class AnswerPipeline:
             reranker=self._retriever.reranker is not None,
             cache=self.cache,
         )
-        sources_only = tracker.planner and not tracker.plan.fits
+        # Refused (or sources only) when even the smallest plan's typical time misses the
+        # budget; one that only misses it with the safety margins is tried.
+        sources_only = tracker.planner and not tracker.plan.likely
         if sources_only and not request.allow_sources_only:
             predicted = tracker.plan.predicted_ms.total
             raise OverloadedError(

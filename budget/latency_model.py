@@ -38,6 +38,10 @@ class LinearPrior:
     def predict_ms(self, work: float) -> float:
         return self.intercept_ms + self.slope_ms * work + self.margin_ms
 
+    def median_ms(self, work: float) -> float:
+        """The line without the margin: the typical latency rather than the high quantile."""
+        return self.intercept_ms + self.slope_ms * work
+
 
 @dataclass(frozen=True, slots=True)
 class ModelState:
@@ -95,6 +99,9 @@ class LatencyModel:
 
     def predict_ms(self, work: float) -> float:
         return self._fit.predict_ms(max(work, 0.0))
+
+    def median_ms(self, work: float) -> float:
+        return self._fit.median_ms(max(work, 0.0))
 
     def state(self) -> ModelState:
         fit = self._fit

@@ -72,6 +72,9 @@ class StageModels:
     def predict_ms(self, stage: Stage, work: float, worker: str = "") -> float:
         return self.model(stage, worker).predict_ms(work)
 
+    def median_ms(self, stage: Stage, work: float, worker: str = "") -> float:
+        return self.model(stage, worker).median_ms(work)
+
     def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
         self.model(stage, worker).observe(work, elapsed_ms)
 
@@ -142,6 +145,10 @@ class Plan:
     fits: bool
     # The prompt tokens SGLang is expected to prefill for it (the gate's queue cost).
     uncached_tokens: float = 0.0
+    # Whether its typical (median, no margin) time fits the whole time left: a plan that does
+    # not fit with the margins may still be worth trying; one that does not even fit so is
+    # refused (admission).
+    likely: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +221,8 @@ class Planner:
         return remaining_ms * (1.0 - config.margin_fraction) - config.margin_ms
 
     def plan(self, request: PlanInput) -> Plan:
-        """The best plan that fits the time left; else the smallest one, with `fits=False`.
+        """The best plan that fits the time left; else the smallest one, with `fits=False`
+        (and `likely` saying whether its median time would still make the budget).
 
         Each stage is predicted once per distinct amount of work (not once per candidate), so
         the choice over every depth x passages combination stays well under a millisecond.
@@ -293,13 +301,27 @@ class Planner:
                 "first_token", request.prefill_ahead_tokens + uncached, request.worker
             ),
         )
+        fits = times.total <= available
         return Plan(
             knobs=Knobs(depth, passages, retrieve_k),
             predicted_ms=times,
             quality=self.quality.score(depth, passages),
             available_ms=available,
-            fits=times.total <= available,
+            fits=fits,
             uncached_tokens=uncached,
+            likely=fits or self._median_ms(request, depth, passages) <= request.remaining_ms,
+        )
+
+    def _median_ms(self, request: PlanInput, depth: int, passages: int) -> float:
+        models = self.models
+        retrieve_k = max(depth, passages + self.config.retrieve_slack)
+        ahead = request.prefill_ahead_tokens + self._uncached(request, passages)
+        return (
+            models.median_ms("embed", request.query_tokens)
+            + models.median_ms("search", retrieve_k)
+            + (models.median_ms("rerank", depth) if depth else 0.0)
+            + models.median_ms("prompt", passages)
+            + models.median_ms("first_token", ahead, request.worker)
         )
 
     def passages_that_fit(

@@ -204,3 +204,15 @@ def test_arrival_rate_over_a_sliding_window() -> None:
     assert rate.per_second() == pytest.approx(2.0, abs=0.11)
     now[0] = 40.0
     assert rate.per_second() == 0.0
+
+
+def test_a_plan_that_misses_only_with_its_margins_is_still_likely() -> None:
+    priors = dataclasses.replace(PRIORS, first_token=LinearPrior(100.0, 2.0, 500.0))
+    p = Planner(StageModels(priors), CURVE, CONFIG)
+    # Smallest plan: 720 ms typical, 1_220 ms with the first-token margin.
+    close = p.plan(request(1_000))
+    assert not close.fits
+    assert close.likely
+    hopeless = p.plan(request(600))
+    assert not hopeless.fits
+    assert not hopeless.likely

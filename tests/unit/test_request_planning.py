@@ -29,6 +29,7 @@ async def test_a_long_queue_makes_the_request_not_fit() -> None:
     held = await p.gate.acquire(W, "standard", 20_000)  # ~38 s of prefill ahead
     busy = p.start("q", 5, 3_000, 3_000, "standard", False, cache)
     assert not busy.plan.fits
+    assert not busy.plan.likely
     assert busy.knobs.passages == 1  # the smallest plan, for the refusal message
     assert p.retry_after_s() >= 30
     held.release()
