@@ -47,7 +47,7 @@ from answer_service.pipeline_values import (
     numbered_sources,
     ranked_sources,
 )
-from answer_service.planning import PlanningConfig, PlanTracker, RequestPlanning
+from answer_service.planning import PlanningConfig, PlanTracker, RequestPlanning, query_tokens
 from answer_service.prepared import Generation, PreparedAnswer
 from budget import CacheEstimator, Deadline
 from budget.planner import Knobs, PromptOption
@@ -296,7 +296,7 @@ class AnswerPipeline:
                 span.set_attribute("retrieval.results", len(found.value))
                 span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
             embed_ms = vector.elapsed_ms if vector else 0.0
-            self.planning.observe("embed", len(request.query) / 4, embed_ms)
+            self.planning.observe("embed", query_tokens(request.query), embed_ms)
             self.planning.observe("search", knobs.retrieve_k, found.elapsed_ms)
             tracker.spent(embed=embed_ms, search=found.elapsed_ms)
             reranked = await self._rerank(request, found.value, deadline, hard, tracker)

@@ -71,7 +71,7 @@ class PlanningConfig:
     quality: QualityCurve = DEFAULT_QUALITY
 
 
-def _query_tokens(query: str) -> int:
+def query_tokens(query: str) -> int:
     """About four characters a token: good enough to price embedding a query."""
     return max(1, len(query) // 4)
 
@@ -162,7 +162,7 @@ class RequestPlanning:
         worker = self.gate.least_loaded()
         request = PlanInput(
             remaining_ms=remaining_ms,
-            query_tokens=_query_tokens(query),
+            query_tokens=query_tokens(query),
             max_passages=top_k,
             reranker=reranker,
             prefill_ahead_tokens=self.gate.pending_tokens(worker),
