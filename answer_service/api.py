@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Respons
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 
 from answer_service.components import Components
@@ -299,6 +300,13 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
     ]
     timings = {"embed": vector.elapsed_ms if vector else 0.0, "search": found.elapsed_ms}
     return RetrieveOut(mode=mode, passages=passages, timings_ms=timings)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(components: ComponentsDep) -> Response:
+    """Prometheus exposition: request outcomes, TTFT and stage histograms, SLO attainment,
+    cuts and cached tokens, by tier, stage and worker (answer_service/metrics.py)."""
+    return Response(components.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/traces")

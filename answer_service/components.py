@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
+from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
 from answer_service.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
 from answer_service.settings import Settings
@@ -42,6 +43,7 @@ class Components:
     workers: list[SGLangClient]
     recent: RecentTraces
     provider: TracerProvider
+    metrics: ServiceMetrics
     retriever: Retriever | None = None
     pipeline: AnswerPipeline | None = None
     served_model: str | None = None
@@ -62,7 +64,7 @@ class Components:
         )
         urls = settings.sglang_workers or [settings.sglang_url]
         workers = [SGLangClient(http, url) for url in urls]
-        return cls(settings, http, workers, recent, provider)
+        return cls(settings, http, workers, recent, provider, ServiceMetrics())
 
     @property
     def sglang(self) -> SGLangClient:
@@ -110,6 +112,7 @@ class Components:
             self.workers,
             self.provider.get_tracer("answer_service"),
             _pipeline_config(settings, self.served_model),
+            self.metrics,
         )
         logger.info(
             "warm-up finished passages=%d model=%s", len(self.retriever.index), self.served_model

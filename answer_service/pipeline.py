@@ -41,6 +41,7 @@ from answer_service.events import (
     StageTimings,
     TokenEvent,
 )
+from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline_values import (
     depth_attributes,
     error_event,
@@ -74,11 +75,7 @@ from retrieval.retriever import Reranked, RetrievalMode, Retriever, Timed
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "AnswerPipeline",
-    "PipelineConfig",
-    "PreparedAnswer",
-]
+__all__ = ["AnswerPipeline", "PipelineConfig", "PreparedAnswer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +106,7 @@ class AnswerPipeline:
         workers: Sequence[SGLangClient],
         tracer: Tracer,
         config: PipelineConfig,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self._retriever = retriever
         self._template = template
@@ -119,6 +117,7 @@ class AnswerPipeline:
         self.router = PrefixRouter(list(self._workers), policy=config.routing)
         self.cache = CacheEstimator()
         self.planning = RequestPlanning(config.planning, list(self._workers))
+        self.metrics = metrics or ServiceMetrics()
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
         """The point past which the first token is given up on: budget x timeout factor."""
@@ -142,6 +141,8 @@ class AnswerPipeline:
             with trace.use_span(root, end_on_exit=False):
                 return await self._prepare(request, deadline, root)
         except BaseException as exc:
+            code = exc.code if isinstance(exc, ServiceError) else "cancelled"
+            self.metrics.refused(request.tier, code)
             root.record_exception(exc)
             root.set_attribute("answer.outcome", type(exc).__name__)
             root.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
@@ -185,6 +186,7 @@ class AnswerPipeline:
             tracker=tracker,
             planning=planning,
             cache=self.cache,
+            metrics=self.metrics,
             degraded=retrieved.degraded,
         )
         if sources_only:

@@ -10,6 +10,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from answer_service.admission import Slot
 from answer_service.events import AnswerRequest, AnswerStats, PlanRecord, Source, StageTimings
+from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline_values import end_generate_span, plan_attributes
 from answer_service.planning import PlanTracker, RequestPlanning
 from budget import CacheEstimator, Deadline
@@ -47,6 +48,7 @@ class PreparedAnswer:
     planning: RequestPlanning
     generation: Generation | None = None
     cache: CacheEstimator | None = None
+    metrics: ServiceMetrics | None = None
     degraded: tuple[str, ...] = ()
     outcome: str = "ok"
     ttft_ms: float | None = None
@@ -121,9 +123,12 @@ class PreparedAnswer:
                 stats.expected_cached_tokens,
                 stats.cached_tokens,
             )
+        plan = self.plan
+        if self.metrics is not None:
+            self.metrics.answered(stats, plan)
         self.root.set_attributes(
             {
-                **plan_attributes(self.plan),
+                **plan_attributes(plan),
                 "answer.outcome": stats.outcome,
                 "answer.within_budget": stats.within_budget,
                 "answer.ttft_ms": stats.ttft_ms if stats.ttft_ms is not None else -1.0,

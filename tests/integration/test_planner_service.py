@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
@@ -172,3 +173,46 @@ def test_a_client_gone_while_queued_leaves_the_queue(
     prompts = [request["text"] for request in state.requests]
     assert len(prompts) == 2
     assert not any("Who gave up waiting?" in prompt for prompt in prompts)
+
+
+def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = httpx.get(f"{url}/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    with service(sglang_url=fake[0]) as url:
+        standard = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000})
+        assert standard.status_code == 200
+        premium = httpx.post(
+            f"{url}/v1/answer",
+            json={"query": QUESTION, "ttft_budget_ms": 10_000},
+            headers={"X-Tenant-Tier": "premium"},
+            timeout=30,
+        )
+        assert premium.status_code == 200
+        assert post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50}).status_code == 503
+        post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50, "allow_sources_only": True})
+        samples = _samples(url)
+    requests = "answer_requests_total"
+    assert samples[(requests, (("outcome", "ok"), ("tier", "standard")))] == 1
+    assert samples[(requests, (("outcome", "ok"), ("tier", "premium")))] == 1
+    assert samples[(requests, (("outcome", "overloaded"), ("tier", "standard")))] == 1
+    assert samples[(requests, (("outcome", "sources_only"), ("tier", "standard")))] == 1
+    assert samples[("answer_ttft_seconds_count", (("tier", "standard"),))] == 1
+    assert samples[("answer_ttft_budget_total", (("met", "true"), ("tier", "standard")))] == 1
+    for stage in ("embed", "search", "prompt", "first_token"):
+        assert samples[("answer_stage_seconds_count", (("stage", stage), ("tier", "premium")))] == 1
+    assert samples[("answer_cuts_total", (("stage", "passages"), ("tier", "standard")))] == 1
+    done = [parse_sse(r.text)[-1].data for r in (standard, premium)]
+    worker = (("worker", fake[0]),)
+    assert samples[("answer_prompt_tokens_total", worker)] == sum(d["prompt_tokens"] for d in done)
+    assert samples[("answer_cached_tokens_total", worker)] == sum(d["cached_tokens"] for d in done)
