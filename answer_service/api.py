@@ -6,20 +6,27 @@ A request's deadline is born here, at arrival, and carried into the pipeline.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 
+from answer_service.answering import (
+    Collected,
+    ComponentsDep,
+    answer_request,
+    collect_while_connected,
+    prepare_while_connected,
+    ready_pipeline,
+)
 from answer_service.components import Components
 from answer_service.errors import (
     InvalidRequestError,
@@ -28,7 +35,6 @@ from answer_service.errors import (
     StageTimeoutError,
 )
 from answer_service.events import (
-    AnswerRequest,
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
@@ -36,6 +42,7 @@ from answer_service.events import (
     SourcesEvent,
     TokenEvent,
 )
+from answer_service.openai_api import router as openai_router
 from answer_service.pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.schemas import (
     AnswerBody,
@@ -60,16 +67,6 @@ from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
-_ERROR_STATUS = {"generation_timeout": 504, "generation_unavailable": 503}
-_DISCONNECT_POLL_S = 0.2
-
-
-def get_components(request: Request) -> Components:
-    components: Components = request.app.state.components
-    return components
-
-
-ComponentsDep = Annotated[Components, Depends(get_components)]
 
 router = APIRouter()
 
@@ -94,36 +91,6 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
 
-def _answer_request(body: AnswerBody, settings: Settings, tier: str | None) -> AnswerRequest:
-    query = body.query.strip()
-    if not query:
-        raise InvalidRequestError("`query` must contain non-whitespace text")
-    if len(query) > settings.max_query_chars:
-        raise InvalidRequestError(
-            f"`query` is {len(query)} characters; the limit is {settings.max_query_chars}"
-        )
-    budget_ms = body.ttft_budget_ms or settings.default_ttft_budget_ms
-    if budget_ms > settings.max_ttft_budget_ms:
-        raise InvalidRequestError(
-            f"`ttft_budget_ms` is {budget_ms}; the limit is {settings.max_ttft_budget_ms}"
-        )
-    top_k = body.top_k or settings.default_top_k
-    if top_k > settings.max_top_k:
-        raise InvalidRequestError(f"`top_k` is {top_k}; the limit is {settings.max_top_k}")
-    tier = tier.strip() if tier is not None else settings.default_tier
-    if tier not in settings.tier_weights:
-        raise InvalidRequestError(
-            f"unknown tenant tier {tier!r} in X-Tenant-Tier; tiers: {sorted(settings.tier_weights)}"
-        )
-    return AnswerRequest(
-        query=query,
-        ttft_budget_ms=budget_ms,
-        top_k=top_k,
-        tier=tier,
-        allow_sources_only=body.allow_sources_only,
-    )
-
-
 def _sse(event: PipelineEvent) -> bytes:
     match event:
         case PlanEvent(record):
@@ -145,72 +112,6 @@ async def _stream(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> AsyncIt
         yield _sse(event)
 
 
-async def _prepare_while_connected(
-    http_request: Request, pipeline: AnswerPipeline, request: AnswerRequest, deadline: Deadline
-) -> PreparedAnswer | None:
-    """`pipeline.prepare`, given up (None) when the client goes away first: a request waiting
-    for a generation slot leaves the queue instead of taking a slot nobody will read."""
-    task = asyncio.create_task(pipeline.prepare(request, deadline))
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await http_request.is_disconnected():
-                logger.info("client disconnected before its answer began")
-                task.cancel()
-                (outcome,) = await asyncio.gather(task, return_exceptions=True)
-                if isinstance(outcome, PreparedAnswer):  # it finished as it was cancelled
-                    outcome.close_nowait()
-                return None
-    finally:
-        if not task.done():
-            task.cancel()
-
-
-async def _collect_while_connected(
-    request: Request, pipeline: AnswerPipeline, prepared: PreparedAnswer
-) -> Response:
-    """Collect the whole answer, but stop (and abort SGLang) if the client goes away."""
-    task = asyncio.create_task(_collect(pipeline, prepared))
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                logger.info("client disconnected trace_id=%s", prepared.trace_id)
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                return Response(status_code=499)
-    finally:
-        if not task.done():
-            task.cancel()
-
-
-async def _collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> JSONResponse:
-    parts: list[str] = []
-    error: ErrorEvent | None = None
-    done: DoneEvent | None = None
-    async for event in pipeline.events(prepared):
-        if isinstance(event, TokenEvent):
-            parts.append(event.text)
-        elif isinstance(event, ErrorEvent):
-            error = event
-        elif isinstance(event, DoneEvent):
-            done = event
-    assert done is not None, "the pipeline always ends with done"
-    body = AnswerOut(
-        answer="".join(parts),
-        plan=PlanPayload.of(prepared.plan),
-        sources=[SourceOut.of(s) for s in prepared.sources],
-        done=DonePayload.of(done.stats),
-        error=ErrorPayload.of(error) if error else None,
-    )
-    status = 200 if error is None else _ERROR_STATUS.get(error.code, 502)
-    return JSONResponse(body.model_dump(), status_code=status)
-
-
 @router.post(
     "/v1/answer",
     response_model=AnswerOut,
@@ -227,18 +128,26 @@ async def answer(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Any:
-    request = _answer_request(body, components.settings, x_tenant_tier)
+    request = answer_request(body, components.settings, x_tenant_tier)
     deadline = Deadline.after_ms(request.ttft_budget_ms)
-    pipeline = components.pipeline
-    if pipeline is None:
-        reason = components.warm_up_error or "warming up"
-        raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
-    prepared = await _prepare_while_connected(http_request, pipeline, request, deadline)
+    pipeline = ready_pipeline(components)
+    prepared = await prepare_while_connected(http_request, pipeline, request, deadline)
     if prepared is None:
         return Response(status_code=499)
     if not body.stream:
+
+        def render(collected: Collected) -> Response:
+            out = AnswerOut(
+                answer=collected.text,
+                plan=PlanPayload.of(prepared.plan),
+                sources=[SourceOut.of(s) for s in prepared.sources],
+                done=DonePayload.of(collected.stats),
+                error=ErrorPayload.of(collected.error) if collected.error else None,
+            )
+            return JSONResponse(out.model_dump(), status_code=collected.status_code)
+
         try:
-            return await _collect_while_connected(http_request, pipeline, prepared)
+            return await collect_while_connected(http_request, pipeline, prepared, render)
         finally:
             prepared.close_nowait()
 
@@ -362,6 +271,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.include_router(router)
+    app.include_router(openai_router)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     return app

@@ -1,0 +1,107 @@
+"""`POST /v1/chat/completions` with the official `openai` client, streaming and not, over real
+HTTP (real index and embedder; a fake SGLang that reports cached tokens)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+
+
+@pytest.fixture(scope="module")
+def url(service: ServiceFactory, chatml_tokenizer_dir: Path) -> Iterator[str]:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with serve_in_thread(create_fake_sglang(state)) as sglang, service(sglang_url=sglang) as base:
+        yield base
+
+
+@pytest.fixture
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_a_completion_with_its_sources_and_cached_tokens(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="anything",
+        messages=[
+            {"role": "system", "content": "ignored: the service has its own"},
+            {"role": "user", "content": "an earlier question"},
+            {"role": "assistant", "content": "an earlier answer"},
+            {"role": "user", "content": QUESTION},
+        ],
+        extra_body={"ttft_budget_ms": 10_000, "top_k": 3},
+    )
+    assert completion.object == "chat.completion"
+    assert completion.choices[0].message.role == "assistant"
+    assert completion.choices[0].message.content == "The answer is here."
+    assert completion.choices[0].finish_reason == "stop"
+    extra = completion.model_extra or {}
+    results = extra["search_results"]
+    assert len(results) == 3
+    assert results[0]["url"] == "Super_Bowl_50-0#0"
+    assert results[0]["title"] == "Super Bowl 50"
+    assert results[0]["snippet"]
+    assert extra["citations"] == [r["url"] for r in results]
+    usage = completion.usage
+    assert usage is not None
+    assert usage.completion_tokens == 5
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens is not None
+
+
+def test_a_streamed_completion(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="anything",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"X-Tenant-Tier": "premium"},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert (chunks[0].model_extra or {})["search_results"][0]["url"] == "Super_Bowl_50-0#0"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "The answer is here."
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop"
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 5
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_bad_requests_are_clear_4xx(url: str, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.UnprocessableEntityError, match="no user message"):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "system", "content": "only a system message"}]
+        )
+    with pytest.raises(openai.UnprocessableEntityError, match="tools"):
+        client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": QUESTION}],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        )
+    with pytest.raises(openai.UnprocessableEntityError, match="unknown tenant tier"):
+        client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"tier": "gold"},
+        )
+    refused = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": QUESTION}], "ttft_budget_ms": 50},
+    )
+    assert refused.status_code == 503
+    assert int(refused.headers["Retry-After"]) >= 1
