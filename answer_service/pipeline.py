@@ -45,6 +45,7 @@ from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline_values import (
     depth_attributes,
     error_event,
+    generate_attributes,
     numbered_sources,
     ranked_sources,
 )
@@ -245,19 +246,14 @@ class AnswerPipeline:
     def _generate_span(
         self, deadline: Deadline, prompt: Prompt, worker: str, option: PromptOption
     ) -> Span:
+        config = self._config
         return self._tracer.start_span(
             "generate",
-            attributes={
-                "gen_ai.operation.name": "text_completion",
-                "gen_ai.system": "sglang",
-                "gen_ai.request.model": self._config.served_model,
-                "gen_ai.request.max_tokens": self._config.max_new_tokens,
-                "gen_ai.request.temperature": self._config.temperature,
+            attributes=generate_attributes(
+                config.served_model, config.max_new_tokens, config.temperature, prompt
+            )
+            | {
                 "answer.stage.budget_ms": deadline.remaining_ms(),
-                "answer.prompt.passages": len(prompt.passages),
-                "answer.prompt.tokens_estimate": prompt.prompt_tokens,
-                "answer.prompt.layout": prompt.layout,
-                "answer.prompt.expected_cached_tokens": prompt.expected_cached_tokens,
                 "answer.prompt.expected_uncached_tokens": option.uncached_tokens,
                 "sglang.worker": worker,
             },
@@ -266,7 +262,10 @@ class AnswerPipeline:
     async def _retrieve(
         self, request: AnswerRequest, deadline: Deadline, hard: Deadline, tracker: PlanTracker
     ) -> Retrieved:
-        knobs = tracker.knobs
+        # The sources list the best top_k even when the prompt gets fewer: k costs little here.
+        tracker.knobs = knobs = dataclasses.replace(
+            tracker.knobs, retrieve_k=max(tracker.knobs.retrieve_k, request.top_k)
+        )
         mode = self._mode()
         # Embedding and search cannot be cut short and still give passages: they may run to
         # the end of the TTFT budget (at least the floor); what they overrun of their slice
@@ -329,10 +328,11 @@ class AnswerPipeline:
             span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
         return vector
 
-    def _wanted(self, tracker: PlanTracker) -> int:
-        """Passages retrieval hands on: the plan's, plus the cache slack of the layout."""
+    def _wanted(self, request: AnswerRequest, tracker: PlanTracker) -> int:
+        """Passages retrieval hands on: the sources' top_k, or the plan's passages plus the
+        cache slack of the layout where that is more."""
         slack = self._config.cache_slack if self._config.prompt_layout == "cache_aware" else 0
-        return tracker.knobs.passages + slack
+        return max(request.top_k, tracker.knobs.passages + slack)
 
     async def _rerank(
         self,
@@ -343,7 +343,7 @@ class AnswerPipeline:
         tracker: PlanTracker,
     ) -> Reranked:
         reranker = self._retriever.reranker
-        wanted = self._wanted(tracker)
+        wanted = self._wanted(request, tracker)
         depth = tracker.knobs.rerank_depth
         if reranker is None or depth == 0:
             return Reranked(candidates[:wanted], 0.0)

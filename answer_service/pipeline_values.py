@@ -27,6 +27,23 @@ def end_generate_span(span: Span, result: GenerationResult | None) -> None:
     span.end()
 
 
+def generate_attributes(
+    model: str, max_tokens: int, temperature: float, prompt: Prompt
+) -> dict[str, str | int | float]:
+    """The `generate` span's request attributes (GenAI semantic conventions) and the prompt's."""
+    return {
+        "gen_ai.operation.name": "text_completion",
+        "gen_ai.system": "sglang",
+        "gen_ai.request.model": model,
+        "gen_ai.request.max_tokens": max_tokens,
+        "gen_ai.request.temperature": temperature,
+        "answer.prompt.passages": len(prompt.passages),
+        "answer.prompt.tokens_estimate": prompt.prompt_tokens,
+        "answer.prompt.layout": prompt.layout,
+        "answer.prompt.expected_cached_tokens": prompt.expected_cached_tokens,
+    }
+
+
 def depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
     if depth is None:
         return {}
