@@ -121,13 +121,24 @@ async def prepare_while_connected(
             task.cancel()
 
 
+async def start_answer(
+    http_request: Request, components: Components, request: AnswerRequest
+) -> tuple[AnswerPipeline, PreparedAnswer] | None:
+    """The request's deadline from now, then `prepare`; None when the client went away."""
+    deadline = Deadline.after_ms(request.ttft_budget_ms)
+    pipeline = ready_pipeline(components)
+    prepared = await prepare_while_connected(http_request, pipeline, request, deadline)
+    return None if prepared is None else (pipeline, prepared)
+
+
 async def collect_while_connected(
     request: Request,
     pipeline: AnswerPipeline,
     prepared: PreparedAnswer,
     render: Callable[[Collected], Response],
 ) -> Response:
-    """Collect the whole answer, but stop (and abort SGLang) if the client goes away."""
+    """Collect the whole answer, but stop (and abort SGLang) if the client goes away; the
+    prepared answer is released either way."""
     task = asyncio.create_task(collect(pipeline, prepared))
     try:
         while True:
@@ -142,3 +153,4 @@ async def collect_while_connected(
     finally:
         if not task.done():
             task.cancel()
+        prepared.close_nowait()

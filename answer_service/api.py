@@ -24,8 +24,7 @@ from answer_service.answering import (
     ComponentsDep,
     answer_request,
     collect_while_connected,
-    prepare_while_connected,
-    ready_pipeline,
+    start_answer,
 )
 from answer_service.components import Components
 from answer_service.errors import (
@@ -129,11 +128,10 @@ async def answer(
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Any:
     request = answer_request(body, components.settings, x_tenant_tier)
-    deadline = Deadline.after_ms(request.ttft_budget_ms)
-    pipeline = ready_pipeline(components)
-    prepared = await prepare_while_connected(http_request, pipeline, request, deadline)
-    if prepared is None:
+    started = await start_answer(http_request, components, request)
+    if started is None:
         return Response(status_code=499)
+    pipeline, prepared = started
     if not body.stream:
 
         def render(collected: Collected) -> Response:
@@ -146,10 +144,7 @@ async def answer(
             )
             return JSONResponse(out.model_dump(), status_code=collected.status_code)
 
-        try:
-            return await collect_while_connected(http_request, pipeline, prepared, render)
-        finally:
-            prepared.close_nowait()
+        return await collect_while_connected(http_request, pipeline, prepared, render)
 
     async def release() -> None:
         # Runs even when the client went away before the stream started.

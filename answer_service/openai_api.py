@@ -28,14 +28,12 @@ from answer_service.answering import (
     ComponentsDep,
     answer_request,
     collect_while_connected,
-    prepare_while_connected,
-    ready_pipeline,
+    start_answer,
 )
 from answer_service.errors import InvalidRequestError
 from answer_service.events import AnswerStats, DoneEvent, ErrorEvent, Source, TokenEvent
 from answer_service.pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.schemas import AnswerBody, ErrorResponse
-from budget import Deadline
 
 router = APIRouter()
 
@@ -201,21 +199,17 @@ async def chat_completions(
         allow_sources_only=body.allow_sources_only,
     )
     request = answer_request(answer, components.settings, body.tier or x_tenant_tier)
-    deadline = Deadline.after_ms(request.ttft_budget_ms)
-    pipeline = ready_pipeline(components)
-    prepared = await prepare_while_connected(http_request, pipeline, request, deadline)
-    if prepared is None:
+    started = await start_answer(http_request, components, request)
+    if started is None:
         return Response(status_code=499)
+    pipeline, prepared = started
     completion = _Completion(prepared, components.served_model or body.model or "answer-service")
     if not body.stream:
 
         def render(collected: Collected) -> Response:
             return JSONResponse(completion.whole(collected), status_code=collected.status_code)
 
-        try:
-            return await collect_while_connected(http_request, pipeline, prepared, render)
-        finally:
-            prepared.close_nowait()
+        return await collect_while_connected(http_request, pipeline, prepared, render)
 
     async def release() -> None:
         prepared.close_nowait()

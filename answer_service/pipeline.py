@@ -181,7 +181,9 @@ class AnswerPipeline:
         prepared = PreparedAnswer(
             request=request,
             deadline=deadline,
-            sources=ranked_sources(retrieved.passages, request.top_k, self._config.snippet_chars),
+            sources=ranked_sources(retrieved.passages, request.top_k, self._config.snippet_chars)
+            if sources_only
+            else (),
             root=root,
             timings=retrieved.timings,
             tracker=tracker,
@@ -329,8 +331,7 @@ class AnswerPipeline:
         return vector
 
     def _wanted(self, request: AnswerRequest, tracker: PlanTracker) -> int:
-        """Passages retrieval hands on: the sources' top_k, or the plan's passages plus the
-        cache slack of the layout where that is more."""
+        """Passages retrieval hands on: top_k (the sources) or the plan's plus its slack."""
         slack = self._config.cache_slack if self._config.prompt_layout == "cache_aware" else 0
         return max(request.top_k, tracker.knobs.passages + slack)
 
