@@ -11,9 +11,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request, Response
 
+from answer_service.attribution import Citation, with_markers
 from answer_service.components import Components
 from answer_service.errors import InvalidRequestError, NotReadyError
-from answer_service.events import AnswerRequest, AnswerStats, DoneEvent, ErrorEvent, TokenEvent
+from answer_service.events import (
+    AnswerRequest,
+    AnswerStats,
+    CitationEvent,
+    DoneEvent,
+    ErrorEvent,
+    TokenEvent,
+)
 from answer_service.pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.schemas import AnswerBody
 from answer_service.settings import Settings
@@ -72,11 +80,18 @@ def ready_pipeline(components: Components) -> AnswerPipeline:
 
 @dataclass(frozen=True, slots=True)
 class Collected:
-    """A whole answer: its text, the error that ended it early (if any) and its statistics."""
+    """A whole answer: its text, the error that ended it early (if any), its statistics and
+    the service's citations of its sentences."""
 
     text: str
     error: ErrorEvent | None
     stats: AnswerStats
+    citations: tuple[Citation, ...] = ()
+
+    @property
+    def cited_text(self) -> str:
+        """The text with ` [n]` after each supported sentence."""
+        return with_markers(self.text, self.citations)
 
     @property
     def status_code(self) -> int:
@@ -85,17 +100,20 @@ class Collected:
 
 async def collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> Collected:
     parts: list[str] = []
+    citations: list[Citation] = []
     error: ErrorEvent | None = None
     done: DoneEvent | None = None
     async for event in pipeline.events(prepared):
         if isinstance(event, TokenEvent):
             parts.append(event.text)
+        elif isinstance(event, CitationEvent):
+            citations.append(event.citation)
         elif isinstance(event, ErrorEvent):
             error = event
         elif isinstance(event, DoneEvent):
             done = event
     assert done is not None, "the pipeline always ends with done"
-    return Collected("".join(parts), error, done.stats)
+    return Collected("".join(parts), error, done.stats, tuple(citations))
 
 
 async def prepare_while_connected(

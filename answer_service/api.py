@@ -27,6 +27,8 @@ from answer_service.answering import (
     start_answer,
 )
 from answer_service.components import Components
+from answer_service.dashboard import mount_static
+from answer_service.dashboard import router as dashboard_router
 from answer_service.errors import (
     InvalidRequestError,
     NotReadyError,
@@ -34,6 +36,7 @@ from answer_service.errors import (
     StageTimeoutError,
 )
 from answer_service.events import (
+    CitationEvent,
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
@@ -46,6 +49,7 @@ from answer_service.pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.schemas import (
     AnswerBody,
     AnswerOut,
+    CitationPayload,
     DonePayload,
     ErrorPayload,
     ErrorResponse,
@@ -86,6 +90,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
         sglang_url=components.sglang.base_url,
         model=components.served_model,
         reranker=components.reranker_status,
+        redis=await components.redis_status(),
     )
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
@@ -99,6 +104,8 @@ def _sse(event: PipelineEvent) -> bytes:
             payload, name = SourcesPayload(sources=[SourceOut.of(s) for s in sources]), "sources"
         case TokenEvent(text):
             payload, name = TokenPayload(text=text), "token"
+        case CitationEvent(citation):
+            payload, name = CitationPayload.of(citation), "citation"
         case ErrorEvent():
             payload, name = ErrorPayload.of(event), "error"
         case DoneEvent(stats):
@@ -136,9 +143,10 @@ async def answer(
 
         def render(collected: Collected) -> Response:
             out = AnswerOut(
-                answer=collected.text,
+                answer=collected.cited_text,
                 plan=PlanPayload.of(prepared.plan),
                 sources=[SourceOut.of(s) for s in prepared.sources],
+                citations=[CitationPayload.of(c) for c in collected.citations],
                 done=DonePayload.of(collected.stats),
                 error=ErrorPayload.of(collected.error) if collected.error else None,
             )
@@ -267,6 +275,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(router)
     app.include_router(openai_router)
+    app.include_router(dashboard_router)
+    mount_static(app)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     return app

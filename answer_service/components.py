@@ -17,7 +17,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
 from answer_service.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
+from answer_service.redis_link import RedisLink
+from answer_service.request_log import RequestLog
 from answer_service.settings import Settings
+from answer_service.shared_requests import SharedRequests
 from answer_service.telemetry import RecentTraces, build_tracer_provider
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
@@ -44,6 +47,9 @@ class Components:
     recent: RecentTraces
     provider: TracerProvider
     metrics: ServiceMetrics
+    request_log: RequestLog
+    redis: RedisLink | None = None
+    shared_requests: SharedRequests | None = None
     retriever: Retriever | None = None
     pipeline: AnswerPipeline | None = None
     served_model: str | None = None
@@ -64,7 +70,30 @@ class Components:
         )
         urls = settings.sglang_workers or [settings.sglang_url]
         workers = [SGLangClient(http, url) for url in urls]
-        return cls(settings, http, workers, recent, provider, ServiceMetrics())
+        redis = shared = None
+        if settings.redis_url is not None:
+            redis = RedisLink.from_url(
+                settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
+            )
+            shared = SharedRequests(redis)
+        request_log = RequestLog(settings.recent_requests, sink=shared)
+        return cls(
+            settings,
+            http,
+            workers,
+            recent,
+            provider,
+            ServiceMetrics(listeners=(request_log,)),
+            request_log,
+            redis,
+            shared,
+        )
+
+    async def redis_status(self) -> str:
+        """`not configured`, `up`, or `down: <error>` (a fresh ping)."""
+        if self.redis is None:
+            return "not configured"
+        return "up" if await self.redis.ping() else f"down: {self.redis.error}"
 
     @property
     def sglang(self) -> SGLangClient:
@@ -172,6 +201,10 @@ class Components:
         for worker in self.workers:
             await worker.drain()
         await self.http.aclose()
+        if self.shared_requests is not None:
+            await self.shared_requests.drain()
+        if self.redis is not None:
+            await self.redis.aclose()
         self.provider.shutdown()
 
 
@@ -190,6 +223,9 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         prompt_layout=settings.prompt_layout,
         routing=settings.sglang_routing,
         cache_slack=settings.prompt_cache_slack,
+        citation_threshold=settings.citation_threshold,
+        max_citation_sources=settings.max_citation_sources,
+        abstain_below=settings.abstain_below,
         search_depth=SearchDepth(
             nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
         ),

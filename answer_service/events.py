@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from answer_service.attribution import Citation
 from budget.planner import Knobs, StageTimes
 from retrieval.passage import ScoredPassage
 
@@ -111,6 +112,13 @@ class TokenEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class CitationEvent:
+    """An answer sentence has finished: the sources that support it (or none)."""
+
+    citation: Citation
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorEvent:
     stage: str
     code: str
@@ -122,4 +130,4 @@ class DoneEvent:
     stats: AnswerStats
 
 
-PipelineEvent = PlanEvent | SourcesEvent | TokenEvent | ErrorEvent | DoneEvent
+PipelineEvent = PlanEvent | SourcesEvent | TokenEvent | CitationEvent | ErrorEvent | DoneEvent

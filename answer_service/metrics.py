@@ -8,6 +8,9 @@ and SLO attainment `rate(answer_ttft_budget_total{met="true"}[5m])` over all of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from answer_service.events import AnswerStats, PlanRecord
@@ -17,8 +20,17 @@ from budget.planner import STAGES
 _SECONDS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0)
 
 
+class RequestListener(Protocol):
+    """Something else that wants every finished or refused request (the dashboard's log)."""
+
+    def answered(self, stats: AnswerStats, plan: PlanRecord) -> None: ...
+
+    def refused(self, *, trace_id: str, tier: str, code: str, budget_ms: float) -> None: ...
+
+
 class ServiceMetrics:
-    def __init__(self) -> None:
+    def __init__(self, listeners: Sequence[RequestListener] = ()) -> None:
+        self.listeners = tuple(listeners)
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "answer_requests",
@@ -72,6 +84,8 @@ class ServiceMetrics:
     def answered(self, stats: AnswerStats, plan: PlanRecord) -> None:
         """A request that got as far as its sources: whatever happened after."""
         tier = plan.tier
+        for listener in self.listeners:
+            listener.answered(stats, plan)
         self.requests.labels(tier, stats.outcome).inc()
         if stats.ttft_ms is not None:
             self.ttft.labels(tier).observe(stats.ttft_ms / 1000.0)
@@ -86,8 +100,10 @@ class ServiceMetrics:
             self.prompt_tokens.labels(stats.worker).inc(stats.prompt_tokens)
             self.cached_tokens.labels(stats.worker).inc(stats.cached_tokens)
 
-    def refused(self, tier: str, code: str) -> None:
+    def refused(self, *, trace_id: str, tier: str, code: str, budget_ms: float) -> None:
         """A request that ended with an HTTP error before any event was sent."""
+        for listener in self.listeners:
+            listener.refused(trace_id=trace_id, tier=tier, code=code, budget_ms=budget_ms)
         self.requests.labels(tier, code).inc()
 
     def exposition(self) -> bytes:

@@ -133,7 +133,7 @@ class _Completion:
         }
 
     def whole(self, collected: Collected) -> dict[str, Any]:
-        message = {"role": "assistant", "content": collected.text}
+        message = {"role": "assistant", "content": collected.cited_text}
         choice = {"index": 0, "message": message, "finish_reason": _finish_reason(collected.stats)}
         body = {**self.head("chat.completion"), "choices": [choice]}
         body["usage"] = _usage(collected.stats)

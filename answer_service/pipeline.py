@@ -22,6 +22,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from answer_service.admission import Slot
+from answer_service.attribution import (
+    ABSTAIN_BELOW,
+    ABSTENTION,
+    SUPPORT_THRESHOLD,
+    Attributor,
+    SentenceSplitter,
+    evidence,
+)
 from answer_service.errors import (
     InvalidRequestError,
     OverloadedError,
@@ -32,25 +40,25 @@ from answer_service.errors import (
 )
 from answer_service.events import (
     AnswerRequest,
+    CitationEvent,
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
     PlanEvent,
     Retrieved,
     SourcesEvent,
-    StageTimings,
     TokenEvent,
 )
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline_values import (
-    depth_attributes,
     error_event,
     generate_attributes,
     numbered_sources,
     ranked_sources,
 )
-from answer_service.planning import PlanningConfig, PlanTracker, RequestPlanning, query_tokens
+from answer_service.planning import PlanningConfig, RequestPlanning
 from answer_service.prepared import Generation, PreparedAnswer
+from answer_service.retrieval_stage import RetrievalConfig, RetrievalStage
 from budget import CacheEstimator, Deadline
 from budget.planner import Knobs, PromptOption
 from generation.errors import (
@@ -69,10 +77,8 @@ from generation.sglang_client import (
     StreamTimeouts,
 )
 from retrieval.ann import SearchDepth
-from retrieval.embedder import Vectors
-from retrieval.errors import RetrievalError, RetrievalTimeoutError
 from retrieval.passage import ScoredPassage
-from retrieval.retriever import Reranked, RetrievalMode, Retriever, Timed
+from retrieval.retriever import RetrievalMode, Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +102,11 @@ class PipelineConfig:
     prompt_layout: PromptLayout = "cache_aware"
     routing: RoutingPolicy = "prefix"
     cache_slack: int = 0
+    # Answer sentences cite the prompt passages covering this share of their terms; a question
+    # whose best source covers less than `abstain_below` of its terms gets "I do not know".
+    citation_threshold: float = SUPPORT_THRESHOLD
+    max_citation_sources: int = 2
+    abstain_below: float = ABSTAIN_BELOW
     planning: PlanningConfig = field(default_factory=PlanningConfig)
 
 
@@ -118,6 +129,18 @@ class AnswerPipeline:
         self.router = PrefixRouter(list(self._workers), policy=config.routing)
         self.cache = CacheEstimator()
         self.planning = RequestPlanning(config.planning, list(self._workers))
+        self._retrieval = RetrievalStage(
+            retriever,
+            tracer,
+            RetrievalConfig(
+                config.retrieval_floor_ms,
+                config.retrieval_mode,
+                config.search_depth,
+                config.prompt_layout,
+                config.cache_slack,
+            ),
+            self.planning,
+        )
         self.metrics = metrics or ServiceMetrics()
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
@@ -143,7 +166,12 @@ class AnswerPipeline:
                 return await self._prepare(request, deadline, root)
         except BaseException as exc:
             code = exc.code if isinstance(exc, ServiceError) else "cancelled"
-            self.metrics.refused(request.tier, code)
+            self.metrics.refused(
+                trace_id=format(root.get_span_context().trace_id, "032x"),
+                tier=request.tier,
+                code=code,
+                budget_ms=request.ttft_budget_ms,
+            )
             root.record_exception(exc)
             root.set_attribute("answer.outcome", type(exc).__name__)
             root.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
@@ -177,12 +205,21 @@ class AnswerPipeline:
             )
         if sources_only:  # the sources a full answer would have had, no rerank, no prompt
             tracker.knobs = Knobs(0, request.top_k, request.top_k)
-        retrieved = await self._retrieve(request, deadline, hard, tracker)
+        retrieved = await self._retrieval.run(request, deadline, hard, tracker)
+        strength = evidence(
+            request.query,
+            [
+                f"{sp.passage.title}\n{sp.passage.text}"
+                for sp in retrieved.passages[: request.top_k]
+            ],
+        )
+        root.set_attribute("answer.evidence", strength)
+        abstain = not sources_only and strength < self._config.abstain_below
         prepared = PreparedAnswer(
             request=request,
             deadline=deadline,
             sources=ranked_sources(retrieved.passages, request.top_k, self._config.snippet_chars)
-            if sources_only
+            if sources_only or abstain
             else (),
             root=root,
             timings=retrieved.timings,
@@ -195,6 +232,9 @@ class AnswerPipeline:
         if sources_only:
             tracker.cut("passages", "no plan makes the budget: sources only", 0)
             prepared.outcome = "sources_only"
+            return prepared
+        if abstain:  # the service says it does not know; the model is not asked
+            prepared.outcome = "abstained"
             return prepared
         worker = self.router.choose([sp.passage.passage_id for sp in retrieved.passages])
         try:
@@ -260,122 +300,6 @@ class AnswerPipeline:
                 "sglang.worker": worker,
             },
         )
-
-    async def _retrieve(
-        self, request: AnswerRequest, deadline: Deadline, hard: Deadline, tracker: PlanTracker
-    ) -> Retrieved:
-        # The sources list the best top_k even when the prompt gets fewer: k costs little here.
-        tracker.knobs = knobs = dataclasses.replace(
-            tracker.knobs, retrieve_k=max(tracker.knobs.retrieve_k, request.top_k)
-        )
-        mode = self._mode()
-        # Embedding and search cannot be cut short and still give passages: they may run to
-        # the end of the TTFT budget (at least the floor); what they overrun of their slice
-        # comes out of the stages after them when those are re-planned.
-        slice_ms = max(deadline.remaining_ms(), self._config.retrieval_floor_ms)
-        retrieval_deadline = hard.slice_ms(slice_ms)
-        try:
-            vector = await self._embed(request, retrieval_deadline) if mode != "lexical" else None
-            with self._tracer.start_as_current_span(
-                "search",
-                attributes={
-                    "retrieval.mode": mode,
-                    "retrieval.k": knobs.retrieve_k,
-                    "retrieval.index.passages": len(self._retriever.index),
-                    "retrieval.index.type": self._retriever.index.manifest.index_type,
-                    "retrieval.index.device": self._retriever.index.device,
-                    **depth_attributes(self._config.search_depth),
-                    "answer.stage.budget_ms": retrieval_deadline.remaining_ms(),
-                },
-            ) as span:
-                found = await self._retriever.search(
-                    request.query,
-                    vector.value if vector else None,
-                    knobs.retrieve_k,
-                    retrieval_deadline,
-                    depth=self._config.search_depth,
-                    mode=mode,
-                )
-                span.set_attribute("retrieval.results", len(found.value))
-                span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
-            embed_ms = vector.elapsed_ms if vector else 0.0
-            self.planning.observe("embed", query_tokens(request.query), embed_ms)
-            self.planning.observe("search", knobs.retrieve_k, found.elapsed_ms)
-            tracker.spent(embed=embed_ms, search=found.elapsed_ms)
-            reranked = await self._rerank(request, found.value, deadline, hard, tracker)
-        except RetrievalTimeoutError as exc:
-            raise StageTimeoutError(str(exc)) from exc
-        except RetrievalError as exc:
-            raise ServiceError(f"retrieval failed: {exc}") from exc
-        timings = StageTimings(embed_ms=embed_ms, search_ms=found.elapsed_ms)
-        timings = dataclasses.replace(timings, rerank_ms=reranked.elapsed_ms)
-        degraded = () if reranked.degraded is None else (reranked.degraded,)
-        return Retrieved(reranked.passages, timings, degraded)
-
-    def _mode(self) -> RetrievalMode:
-        """The configured mode where the index supports it, else dense."""
-        modes = self._retriever.modes()
-        return self._config.retrieval_mode if self._config.retrieval_mode in modes else "dense"
-
-    async def _embed(self, request: AnswerRequest, deadline: Deadline) -> Timed[Vectors]:
-        with self._tracer.start_as_current_span(
-            "embed",
-            attributes={
-                "gen_ai.operation.name": "embeddings",
-                "gen_ai.request.model": self._retriever.embedder.name,
-                "answer.stage.budget_ms": deadline.remaining_ms(),
-            },
-        ) as span:
-            vector = await self._retriever.embed_query(request.query, deadline)
-            span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
-        return vector
-
-    def _wanted(self, request: AnswerRequest, tracker: PlanTracker) -> int:
-        """Passages retrieval hands on: top_k (the sources) or the plan's plus its slack."""
-        slack = self._config.cache_slack if self._config.prompt_layout == "cache_aware" else 0
-        return max(request.top_k, tracker.knobs.passages + slack)
-
-    async def _rerank(
-        self,
-        request: AnswerRequest,
-        candidates: list[ScoredPassage],
-        deadline: Deadline,
-        hard: Deadline,
-        tracker: PlanTracker,
-    ) -> Reranked:
-        reranker = self._retriever.reranker
-        wanted = self._wanted(request, tracker)
-        depth = tracker.knobs.rerank_depth
-        if reranker is None or depth == 0:
-            return Reranked(candidates[:wanted], 0.0)
-        predicted = tracker.plan.predicted_ms
-        rest_ms = predicted.rerank + predicted.prompt + predicted.first_token
-        if (
-            tracker.planner
-            and self.planning.planner.available_ms(deadline.remaining_ms()) < rest_ms
-        ):
-            tracker.cut("rerank", "retrieval overran its slice: no time left to rerank", 0)
-            return Reranked(candidates[:wanted], 0.0, "rerank skipped: retrieval overran")
-        with self._tracer.start_as_current_span(
-            "rerank",
-            attributes={
-                "answer.stage.budget_ms": tracker.slice_ms("rerank"),
-                "rerank.model": reranker.name,
-                "rerank.candidates": min(depth, len(candidates)),
-                "rerank.top_n": wanted,
-            },
-        ) as span:
-            reranked = await self._retriever.rerank(
-                request.query, candidates[:depth], wanted, hard.slice_ms(tracker.slice_ms("rerank"))
-            )
-            span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)
-            if reranked.degraded is not None:
-                span.set_attribute("answer.degraded", reranked.degraded)
-        self.planning.observe("rerank", min(depth, len(candidates)), reranked.elapsed_ms)
-        tracker.spent(rerank=reranked.elapsed_ms)
-        if reranked.degraded is not None:
-            tracker.cut("rerank", reranked.degraded, 0)
-        return reranked
 
     async def _fit_prompt(
         self,
@@ -466,18 +390,32 @@ class AnswerPipeline:
 
     async def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:
         """`plan`, `sources`, then token deltas, then `done`; a failure mid-stream adds
-        `error`. A sources-only answer has no tokens."""
+        `error`. Each finished answer sentence is followed by its `citation`. A sources-only
+        answer has no tokens; an abstention one, the service's own."""
         yield PlanEvent(prepared.plan)
         yield SourcesEvent(prepared.sources)
+        if prepared.outcome == "abstained":
+            prepared.first_token()
+            yield TokenEvent(ABSTENTION)
         error: ErrorEvent | None = None
         generation = prepared.generation
         generate_started_s = time.perf_counter()
         try:
             if generation is not None:
+                attributor = Attributor(
+                    [(p.number, f"{p.title}\n{p.text}") for p in generation.prompt.passages],
+                    threshold=self._config.citation_threshold,
+                    max_sources=self._config.max_citation_sources,
+                )
+                splitter = SentenceSplitter()
                 async for delta in generation.stream:
                     if prepared.ttft_ms is None:
                         prepared.first_token()
                     yield TokenEvent(delta.text)
+                    for sentence in splitter.feed(delta.text):
+                        yield CitationEvent(attributor.cite(sentence))
+                for sentence in splitter.finish():
+                    yield CitationEvent(attributor.cite(sentence))
         except GenerationError as exc:
             error = error_event(exc)
             prepared.outcome = "error"

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from answer_service.attribution import Citation
 from answer_service.events import AnswerStats, ErrorEvent, PlanRecord, Source
 from budget.planner import StageTimes
 
@@ -82,6 +83,30 @@ class SourcesPayload(BaseModel):
 
 class TokenPayload(BaseModel):
     text: str
+
+
+class CitationPayload(BaseModel):
+    """Answer sentence `sentence` (characters start..end of the answer) and the sources that
+    support it; `supported` is false when none covers enough of it (`score`: the best
+    coverage)."""
+
+    sentence: int
+    start: int
+    end: int
+    sources: list[int]
+    score: float
+    supported: bool
+
+    @classmethod
+    def of(cls, citation: Citation) -> CitationPayload:
+        return cls(
+            sentence=citation.sentence,
+            start=citation.start,
+            end=citation.end,
+            sources=list(citation.sources),
+            score=citation.score,
+            supported=citation.supported,
+        )
 
 
 class ErrorPayload(BaseModel):
@@ -218,9 +243,12 @@ class PlanPayload(BaseModel):
 class AnswerOut(BaseModel):
     """The non-streaming answer: what the stream would have carried, in one object."""
 
+    # With ` [n]` after each sentence that source n supports (the service's attribution).
     answer: str
     plan: PlanPayload
     sources: list[SourceOut]
+    # One per answer sentence, including those nothing supports.
+    citations: list[CitationPayload] = []
     done: DonePayload
     error: ErrorPayload | None = None
 
@@ -242,3 +270,5 @@ class ReadyOut(BaseModel):
     sglang_url: str
     model: str | None = None
     reranker: str
+    # `not configured`, `up`, or `down: <error>`; the service answers either way.
+    redis: str = "not configured"

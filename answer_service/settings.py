@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from answer_service.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
 from answer_service.planning import read_quality_curves
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.reranker import DEFAULT_RERANKER
@@ -101,8 +102,28 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=2000, ge=1)
     snippet_chars: int = Field(default=300, ge=0)
 
+    # Citations the service attributes: an answer sentence cites the prompt passages holding at
+    # least this share of its content terms (at most `max_citation_sources` of them). A
+    # question whose best source holds less than `abstain_below` of its terms is answered
+    # "I do not know" without the model (0 turns that off). Both measured on SQuAD:
+    # eval/results/citation-thresholds.json.
+    citation_threshold: float = Field(default=SUPPORT_THRESHOLD, gt=0.0, le=1.0)
+    max_citation_sources: int = Field(default=2, ge=1, le=20)
+    abstain_below: float = Field(default=ABSTAIN_BELOW, ge=0.0, le=1.0)
+
     record_content: bool = False
     recent_traces: int = Field(default=500, ge=1)
+    # Request summaries kept in memory for the dashboard (`GET /dashboard`), and how often it
+    # is pushed a fresh snapshot.
+    recent_requests: int = Field(default=5000, ge=1)
+    dashboard_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
+
+    # Redis, shared by the replicas (e.g. redis://127.0.0.1:6379/0); None: in-process only.
+    # Keys start with `redis_prefix`. Every call is bounded by `redis_timeout_s`; when Redis
+    # fails the service goes on with in-process fallbacks and `/readyz` says so.
+    redis_url: str | None = None
+    redis_prefix: str = Field(default="answer:", min_length=1)
+    redis_timeout_s: float = Field(default=0.25, gt=0.0, le=10.0)
 
     @field_validator("planner_rerank_depths", mode="before")
     @classmethod
@@ -157,7 +178,7 @@ class Settings(BaseSettings):
             raise ValueError("sglang_workers must be distinct")
         return urls
 
-    @field_validator("reranker_model", "tokenizer", mode="before")
+    @field_validator("reranker_model", "tokenizer", "redis_url", mode="before")
     @classmethod
     def _empty_means_none(cls, value: object) -> object:
         """`ANSWER_RERANKER_MODEL=` (or `none`) in the environment turns the option off."""

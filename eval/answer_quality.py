@@ -32,7 +32,14 @@ from tqdm import tqdm
 
 from answer_service.components import Components
 from answer_service.errors import ServiceError
-from answer_service.events import AnswerRequest, DoneEvent, ErrorEvent, SourcesEvent, TokenEvent
+from answer_service.events import (
+    AnswerRequest,
+    CitationEvent,
+    DoneEvent,
+    ErrorEvent,
+    SourcesEvent,
+    TokenEvent,
+)
 from answer_service.pipeline import AnswerPipeline
 from answer_service.settings import Settings
 from answer_service.sse_client import iter_events
@@ -175,6 +182,8 @@ class InProcessAnswering:
                         collector.sources_event([s.doc_id for s in sources])
                     case TokenEvent(text=text):
                         collector.token(text)
+                    case CitationEvent(citation=citation):
+                        collector.citation(citation.sources)
                     case ErrorEvent(code=code, message=message):
                         collector.error = f"{code}: {message}"
                     case DoneEvent(stats=stats):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -23,12 +24,15 @@ from answer_service.settings import Settings
 from eval.answer_quality import (
     AnsweringSource,
     HttpAnswering,
+    Question,
     collect_answers,
     in_process_answering,
     read_questions,
     score_answers,
 )
 from eval.checkpoint import RunCheckpoint
+from eval.citation_calibration import calibrate, corpus_without, retrieve_all
+from eval.citation_calibration import write as write_calibration
 from eval.load_cli import add_load_command
 from eval.report import add_report_command
 from eval.results import write_result as _write
@@ -42,14 +46,14 @@ from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
+_CACHE = Path.home() / ".cache" / "answer-service"
+
 
 def index_of(corpus: Path, index: Path | None, embedder: SentenceTransformerEmbedder) -> Path:
     """The index of `corpus`: `index` where it holds one, else built (resumably) there or in
     the cache; checked against the corpus when opened."""
     checksum = corpus_checksum(corpus)
-    index_dir = index or Path.home() / ".cache" / "answer-service" / "indexes" / (
-        f"eval-{checksum.removeprefix('sha256:')[:16]}"
-    )
+    index_dir = index or _CACHE / "indexes" / (f"eval-{checksum.removeprefix('sha256:')[:16]}")
     if index is None or not (index_dir / "manifest.json").is_file():
         build_index(corpus, index_dir, embedder)
     return index_dir
@@ -104,13 +108,25 @@ async def _retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _answers(args: argparse.Namespace) -> int:
+def _chosen(args: argparse.Namespace) -> list[Question]:
     questions = read_questions(args.questions)
     if args.sample is not None and args.sample < len(questions):
         chosen = set(random.Random(args.seed).sample(range(len(questions)), args.sample))
         questions = [q for n, q in enumerate(questions) if n in chosen]
     if args.limit is not None:
         questions = questions[: args.limit]
+    return questions
+
+
+async def _answers(args: argparse.Namespace) -> int:
+    questions = _chosen(args)
+    if args.remove_gold:
+        if args.passages is None or args.url:
+            raise ServiceError("--remove-gold needs --passages and in-process answering")
+        gold = {q.gold_passage_id for q in questions if q.gold_passage_id}
+        args.passages = corpus_without(args.passages, gold, _CACHE / "corpora")
+        # Without their gold passages they count as unanswerable: abstaining is right.
+        questions = [dataclasses.replace(q, answers=(), gold_passage_id=None) for q in questions]
     identity = {
         "command": "answers",
         "questions": str(args.questions),
@@ -121,6 +137,7 @@ async def _answers(args: argparse.Namespace) -> int:
         "url": args.url,
         "ttft_budget_ms": args.ttft_budget_ms,
         "top_k": args.top_k,
+        "remove_gold": args.remove_gold,
     }
     checkpoint = RunCheckpoint(args.out, identity)
     config: dict[str, Any] = {**identity, "concurrency": args.concurrency}
@@ -161,6 +178,29 @@ async def _answers(args: argparse.Namespace) -> int:
     )
     checkpoint.finish()
     print(json.dumps(metrics, indent=2))
+    return 0
+
+
+async def _calibrate(args: argparse.Namespace) -> int:
+    questions = [q for q in _chosen(args) if q.gold_passage_id and q.answers]
+    retriever = await asyncio.to_thread(_open_retriever, args)
+    try:
+        retrieved = await retrieve_all(retriever, questions, args.top_k)
+    finally:
+        retriever.close()
+    result = calibrate(retrieved, k=args.top_k, max_false_abstention=args.max_false_abstention)
+    config = {
+        "questions": str(args.questions),
+        "corpus": corpus_checksum(args.corpus),
+        "sample": args.sample,
+        "seed": args.seed,
+        "top_k": args.top_k,
+        "mode": "hybrid",
+        "max_false_abstention": args.max_false_abstention,
+        "embedder": args.embedder,
+    }
+    write_calibration(args.out, config, result)
+    print(json.dumps(result, indent=2))
     return 0
 
 
@@ -213,8 +253,28 @@ def build_parser() -> argparse.ArgumentParser:
     answers.add_argument("--top-k", type=int, default=5, help="passages per answer")
     answers.add_argument("--concurrency", type=int, default=1, help="questions in flight")
     answers.add_argument("--request-timeout-s", type=float, default=120.0)
+    answers.add_argument(
+        "--remove-gold",
+        action="store_true",
+        help="index --passages without the questions' gold passages (abstention is right)",
+    )
     answers.add_argument("--out", type=Path, required=True)
     answers.set_defaults(run=_answers)
+
+    calibrate_cmd = commands.add_parser(
+        "calibrate-citations", help="measure the citation and abstention thresholds on SQuAD"
+    )
+    calibrate_cmd.add_argument("--questions", type=Path, required=True, help="questions JSONL")
+    calibrate_cmd.add_argument("--corpus", type=Path, required=True, help="their passages JSONL")
+    calibrate_cmd.add_argument("--index", type=Path, help="an index of --corpus (else built)")
+    calibrate_cmd.add_argument("--embedder", default=DEFAULT_EMBEDDER)
+    calibrate_cmd.add_argument("--sample", type=int, help="a seeded random N of the questions")
+    calibrate_cmd.add_argument("--limit", type=int, help="only the first N questions")
+    calibrate_cmd.add_argument("--seed", type=int, default=0)
+    calibrate_cmd.add_argument("--top-k", type=int, default=5, help="passages per answer")
+    calibrate_cmd.add_argument("--max-false-abstention", type=float, default=0.05)
+    calibrate_cmd.add_argument("--out", type=Path, required=True)
+    calibrate_cmd.set_defaults(run=_calibrate)
     add_load_command(commands)
     add_report_command(commands)
     return parser

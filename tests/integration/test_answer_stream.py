@@ -48,8 +48,12 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     names = [e.event for e in events]
     assert names[:2] == ["plan", "sources"]
     assert names[-1] == "done"
-    assert set(names[2:-1]) == {"token"}, names
-    assert len(names) > 4
+    # Token deltas, each finished sentence's citation after the delta that ends it, and the
+    # last sentence's when the stream ends.
+    assert names[2] == "token"
+    assert set(names[2:-1]) == {"token", "citation"}, names
+    assert names[-2] == "citation"
+    assert names.count("token") > 2
     plan = events[0].data
     assert plan["passages"] == 4, "a 10 s budget fits every passage asked for"
     assert plan["actual_ms"]["embed"] > 0
@@ -66,7 +70,12 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     assert done["finish_reason"] in {"length", "stop"}
     text = "".join(e.data["text"] for e in events if e.event == "token")
     assert text
-    assert done["completion_tokens"] >= len(events) - 3
+    assert done["completion_tokens"] >= names.count("token")
+    citations = [e.data for e in events if e.event == "citation"]
+    assert [c["sentence"] for c in citations] == list(range(len(citations)))
+    ends = [0] + [c["end"] for c in citations]
+    assert all(c["start"] >= end for c, end in zip(citations, ends, strict=False))
+    assert citations[-1]["end"] == len(text.rstrip())
     assert done["prompt_tokens"] > 300
     assert 0 < done["ttft_ms"] < 10_000
     assert done["ttft_budget_ms"] == 10_000

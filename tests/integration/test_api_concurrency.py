@@ -47,7 +47,7 @@ def test_concurrent_streams_all_complete(
     assert len(results) == 24
     for events in results:
         assert events[:2] == ["plan:", "sources:"]
-        assert [e.split(":")[0] for e in events[2:-1]] == ["token"] * 5
+        assert [e.split(":")[0] for e in events[2:-1]] == ["token"] * 5 + ["citation"]
         assert events[-1].startswith("done:")
     trace_ids = {events[-1] for events in results}
     assert len(trace_ids) == 24

@@ -1,0 +1,121 @@
+"""The dashboard's data over real HTTP: snapshots from this replica's memory, from a real Redis
+shared by two replicas, and from memory again while Redis is down; the SSE push; the page and
+its bundled files."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import free_port, post_answer, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+
+
+@pytest.fixture(scope="module")
+def sglang(chatml_tokenizer_dir: Path) -> Iterator[str]:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with serve_in_thread(create_fake_sglang(state)) as url:
+        yield url
+
+
+def _answer(url: str, **extra: Any) -> dict[str, Any]:
+    body = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 3, "stream": False, **extra}
+    response = post_answer(url, body)
+    assert response.status_code == 200, response.text
+    done: dict[str, Any] = response.json()["done"]
+    return done
+
+
+def _snapshot(url: str) -> dict[str, Any]:
+    response = httpx.get(f"{url}/dashboard/snapshot", timeout=10)
+    assert response.status_code == 200, response.text
+    snapshot: dict[str, Any] = response.json()
+    return snapshot
+
+
+def test_the_page_and_its_files_are_served(service: ServiceFactory, sglang: str) -> None:
+    with service(sglang_url=sglang, ready=False) as url:
+        page = httpx.get(f"{url}/dashboard", timeout=10)
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert "http://" not in page.text.replace("http://127.0.0.1", "")  # nothing from outside
+        script = httpx.get(f"{url}/dashboard/static/dashboard.js", timeout=10)
+        assert script.status_code == 200
+        assert "EventSource" in script.text or "import" in script.text
+
+
+def test_a_snapshot_holds_answers_and_refusals_from_memory(
+    service: ServiceFactory, sglang: str
+) -> None:
+    with service(sglang_url=sglang) as url:
+        done = _answer(url)
+        refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 1})  # nothing fits 1 ms
+        assert refused.status_code == 503, refused.text
+        snapshot = _snapshot(url)
+    assert snapshot["source"] == "memory"
+    assert snapshot["counts"]["answered"] == 1
+    assert snapshot["counts"]["rejected"] == 1
+    refusal, answer = snapshot["requests"]
+    assert refusal["outcome"] == "overloaded"
+    assert answer["trace_id"] == done["trace_id"]
+    assert answer["ttft_ms"] == pytest.approx(done["ttft_ms"], abs=0.01)  # done rounds to 0.01
+    stages = {s["stage"]: s for s in answer["stages"]}
+    assert stages["embed"]["actual_ms"] > 0
+    assert stages["first_token"]["planned_ms"] > 0
+    assert snapshot["slo"]["windows"][0]["answered"] == 1
+    assert snapshot["ttft"]["by_tier"][0]["key"] == "standard"
+    assert snapshot["planner"][0]["passages"] == answer["knobs"]["passages"]
+
+
+def test_replicas_share_their_requests_through_redis(service: ServiceFactory, sglang: str) -> None:
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    settings = {"sglang_url": sglang, "redis_url": REDIS_URL, "redis_prefix": prefix}
+    with service(**settings) as first, service(**settings) as second:
+        done = _answer(first)
+        seen_by_second = _snapshot(second)
+        ready = httpx.get(f"{second}/readyz", timeout=10).json()
+    assert ready["redis"] == "up"
+    assert seen_by_second["source"] == "redis"
+    assert [r["trace_id"] for r in seen_by_second["requests"]] == [done["trace_id"]]
+
+
+def test_redis_down_falls_back_to_memory_and_readiness_says_so(
+    service: ServiceFactory, sglang: str
+) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    with service(sglang_url=sglang, redis_url=dead) as url:
+        ready = httpx.get(f"{url}/readyz", timeout=10)
+        done = _answer(url)
+        snapshot = _snapshot(url)
+    assert ready.status_code == 200  # answering does not need Redis
+    assert ready.json()["redis"].startswith("down: ")
+    assert snapshot["source"] == "memory"
+    assert snapshot["requests"][0]["trace_id"] == done["trace_id"]
+
+
+def test_snapshots_are_pushed_over_sse(service: ServiceFactory, sglang: str) -> None:
+    with (
+        service(sglang_url=sglang, dashboard_interval_s=0.2) as url,
+        httpx.Client(timeout=10) as client,
+        connect_sse(client, "GET", f"{url}/dashboard/events") as source,
+    ):
+        events = source.iter_sse()
+        first = next(events)
+        done = _answer(url)
+        later = next(e for e in events if json.loads(e.data)["requests"])
+    assert first.event == "snapshot"
+    assert json.loads(first.data)["requests"] == []
+    assert json.loads(later.data)["requests"][0]["trace_id"] == done["trace_id"]
