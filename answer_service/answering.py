@@ -12,8 +12,9 @@ from typing import Annotated
 from fastapi import Depends, Request, Response
 
 from answer_service.attribution import Citation, with_markers
+from answer_service.auth import ApiKey
 from answer_service.components import Components
-from answer_service.errors import InvalidRequestError, NotReadyError
+from answer_service.errors import ForbiddenError, InvalidRequestError, NotReadyError
 from answer_service.events import (
     AnswerRequest,
     AnswerStats,
@@ -41,7 +42,24 @@ def get_components(request: Request) -> Components:
 ComponentsDep = Annotated[Components, Depends(get_components)]
 
 
-def answer_request(body: AnswerBody, settings: Settings, tier: str | None) -> AnswerRequest:
+def request_tier(http_request: Request, settings: Settings, asked: str | None) -> str:
+    """The request's tenant tier: its API key's (asking for another is refused), else the
+    one asked for in X-Tenant-Tier (or the body), else the default."""
+    key: ApiKey | None = getattr(http_request.state, "api_key", None)
+    asked = asked.strip() if asked is not None else None
+    if key is not None:
+        if asked is not None and asked != key.tier:
+            raise ForbiddenError(f"key {key.key_id!r} is for tier {key.tier!r}, not {asked!r}")
+        return key.tier
+    tier = asked if asked is not None else settings.default_tier
+    if tier not in settings.tier_weights:
+        raise InvalidRequestError(
+            f"unknown tenant tier {tier!r} in X-Tenant-Tier; tiers: {sorted(settings.tier_weights)}"
+        )
+    return tier
+
+
+def answer_request(body: AnswerBody, settings: Settings, tier: str) -> AnswerRequest:
     query = body.query.strip()
     if not query:
         raise InvalidRequestError("`query` must contain non-whitespace text")
@@ -57,11 +75,6 @@ def answer_request(body: AnswerBody, settings: Settings, tier: str | None) -> An
     top_k = body.top_k or settings.default_top_k
     if top_k > settings.max_top_k:
         raise InvalidRequestError(f"`top_k` is {top_k}; the limit is {settings.max_top_k}")
-    tier = tier.strip() if tier is not None else settings.default_tier
-    if tier not in settings.tier_weights:
-        raise InvalidRequestError(
-            f"unknown tenant tier {tier!r} in X-Tenant-Tier; tiers: {sorted(settings.tier_weights)}"
-        )
     return AnswerRequest(
         query=query,
         ttft_budget_ms=budget_ms,

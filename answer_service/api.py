@@ -14,16 +14,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, format_sse_event
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 
+from answer_service.access import AccessMiddleware
 from answer_service.answering import (
     Collected,
     ComponentsDep,
     answer_request,
     collect_while_connected,
+    request_tier,
     start_answer,
 )
 from answer_service.components import Components
@@ -134,7 +137,8 @@ async def answer(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Any:
-    request = answer_request(body, components.settings, x_tenant_tier)
+    tier = request_tier(http_request, components.settings, x_tenant_tier)
+    request = answer_request(body, components.settings, tier)
     started = await start_answer(http_request, components, request)
     if started is None:
         return Response(status_code=499)
@@ -257,9 +261,12 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        components = Components.create(settings or Settings())
+        assert settings is not None
+        components = Components.create(settings)
         app.state.components = components
         components.start_warm_up()
         try:
@@ -277,6 +284,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai_router)
     app.include_router(dashboard_router)
     mount_static(app)
+    app.add_middleware(AccessMiddleware)
+    if cors := settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=cors,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", "x-api-key", "x-tenant-tier"],
+            expose_headers=["retry-after"],
+            max_age=600,
+        )
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     return app

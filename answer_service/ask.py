@@ -10,7 +10,13 @@ import httpx
 from answer_service.sse_client import iter_events
 
 
-async def ask(url: str, question: str, budget_ms: int | None, top_k: int | None) -> int:
+async def ask(
+    url: str,
+    question: str,
+    budget_ms: int | None,
+    top_k: int | None,
+    api_key: str | None = None,
+) -> int:
     body: dict[str, object] = {"query": question}
     if budget_ms is not None:
         body["ttft_budget_ms"] = budget_ms
@@ -20,7 +26,8 @@ async def ask(url: str, question: str, budget_ms: int | None, top_k: int | None)
     started_s = time.perf_counter()
     first_token_s: float | None = None
     timeout = httpx.Timeout(10.0, read=120.0)
-    async with httpx.AsyncClient(timeout=timeout) as http:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
         try:
             async with http.stream("POST", f"{url.rstrip('/')}/v1/answer", json=body) as response:
                 if response.status_code != 200:
@@ -41,6 +48,8 @@ async def ask(url: str, question: str, budget_ms: int | None, top_k: int | None)
                     elif event.event == "token":
                         first_token_s = first_token_s or time.perf_counter()
                         out.write(event.data["text"])
+                    elif event.event == "citation":
+                        out.write("".join(f" [{n}]" for n in event.data["sources"]))
                     elif event.event == "error":
                         out.write(f"\n[error: {event.data['code']}: {event.data['message']}]")
                     elif event.event == "done":

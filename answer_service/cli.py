@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from answer_service.keys_cli import add_keys_commands
 from answer_service.reranker_cli import add_reranker_commands
 from answer_service.settings import DEFAULT_SGLANG_PORT, Settings
 from generation.sglang_env import ensure_sglang_router
@@ -78,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     from answer_service.ask import ask
 
-    return asyncio.run(ask(args.url, args.question, args.budget_ms, args.top_k))
+    return asyncio.run(ask(args.url, args.question, args.budget_ms, args.top_k, args.api_key))
 
 
 def _sglang_server(args: argparse.Namespace) -> SGLangServer:
@@ -189,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_SERVICE_PORT}")
     ask.add_argument("--budget-ms", type=int, default=None)
     ask.add_argument("--top-k", type=int, default=None)
+    ask.add_argument(
+        "--api-key", default=os.environ.get("ANSWER_API_KEY"), help="default: $ANSWER_API_KEY"
+    )
     ask.set_defaults(run=_ask)
 
     sglang = commands.add_parser("sglang", help="a local SGLang server").add_subparsers(
@@ -222,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--down", action="store_true", help="stop what the demo started")
     demo.set_defaults(run=_demo)
     add_reranker_commands(commands)
+    add_keys_commands(commands)
     return parser
 
 

@@ -8,15 +8,19 @@ tracer and the recent-trace store exist from the start; the pipeline appears onc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
+from answer_service.auth import KeyRing, StreamCounts, read_api_keys
+from answer_service.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
 from answer_service.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
+from answer_service.rate_limit import RateLimiter
 from answer_service.redis_link import RedisLink
 from answer_service.request_log import RequestLog
 from answer_service.settings import Settings
@@ -50,6 +54,10 @@ class Components:
     request_log: RequestLog
     redis: RedisLink | None = None
     shared_requests: SharedRequests | None = None
+    # API keys (None: none asked for), their rate limits and open answers.
+    keys: KeyRing | None = None
+    rate_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
+    streams: StreamCounts = field(default_factory=StreamCounts)
     retriever: Retriever | None = None
     pipeline: AnswerPipeline | None = None
     served_model: str | None = None
@@ -77,6 +85,7 @@ class Components:
             )
             shared = SharedRequests(redis)
         request_log = RequestLog(settings.recent_requests, sink=shared)
+        keys = KeyRing(read_api_keys(settings.api_keys_file)) if settings.api_keys_file else None
         return cls(
             settings,
             http,
@@ -87,6 +96,8 @@ class Components:
             request_log,
             redis,
             shared,
+            keys,
+            RateLimiter(redis),
         )
 
     async def redis_status(self) -> str:
@@ -135,18 +146,41 @@ class Components:
             self.warm_up_error = str(exc)
             logger.error("warm-up failed error=%s", exc)
             return
+        config = _pipeline_config(settings, self.served_model)
         self.pipeline = AnswerPipeline(
             self.retriever,
             template,
             self.workers,
             self.provider.get_tracer("answer_service"),
-            _pipeline_config(settings, self.served_model),
+            config,
             self.metrics,
+            answer_cache=self._answer_cache(config, self.retriever),
+            embeddings=self._embedding_cache(self.retriever),
         )
         logger.info(
             "warm-up finished passages=%d model=%s", len(self.retriever.index), self.served_model
         )
         self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
+
+    def _store(self, namespace: str, ttl_s: float) -> SharedCache:
+        capacity = self.settings.local_cache_entries
+        return SharedCache(self.redis, namespace, ttl_s=ttl_s, capacity=capacity)
+
+    def _answer_cache(self, config: PipelineConfig, retriever: Retriever) -> AnswerCache | None:
+        ttl_s = self.settings.answer_cache_ttl_s
+        if ttl_s <= 0:
+            return None
+        manifest = retriever.index.manifest
+        shape = dataclasses.asdict(config)
+        shape.pop("planning")  # how much work a request gets, not what its answer says
+        parts = {"index": manifest.to_json(), "pipeline": shape, "version": 1}
+        return AnswerCache(self._store("answer", ttl_s), fingerprint(parts))
+
+    def _embedding_cache(self, retriever: Retriever) -> EmbeddingCache | None:
+        ttl_s = self.settings.embedding_cache_ttl_s
+        if ttl_s <= 0:
+            return None
+        return EmbeddingCache(self._store("embedding", ttl_s), retriever.embedder.name)
 
     async def _load_reranker(self) -> None:
         """Attach the reranker when it has loaded; until then requests go without it."""

@@ -52,3 +52,23 @@ class StageTimeoutError(ServiceError):
 class UpstreamError(ServiceError):
     status_code = 502
     code = "generation_failed"
+
+
+class UnauthorizedError(ServiceError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class ForbiddenError(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
+class PayloadTooLargeError(ServiceError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class RateLimitedError(ServiceError):
+    status_code = 429
+    code = "rate_limited"

@@ -87,6 +87,8 @@ class AnswerStats:
     # The prefix the layout expected the worker to hold (system prompt + continued passages).
     expected_cached_tokens: int = 0
     worker: str = ""
+    # Served whole from the answer cache.
+    from_cache: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from answer_service.answering import (
     ComponentsDep,
     answer_request,
     collect_while_connected,
+    request_tier,
     start_answer,
 )
 from answer_service.errors import InvalidRequestError
@@ -198,7 +199,8 @@ async def chat_completions(
         top_k=body.top_k,
         allow_sources_only=body.allow_sources_only,
     )
-    request = answer_request(answer, components.settings, body.tier or x_tenant_tier)
+    tier = request_tier(http_request, components.settings, body.tier or x_tenant_tier)
+    request = answer_request(answer, components.settings, tier)
     started = await start_answer(http_request, components, request)
     if started is None:
         return Response(status_code=499)

@@ -27,9 +27,11 @@ from answer_service.attribution import (
     ABSTENTION,
     SUPPORT_THRESHOLD,
     Attributor,
+    Citation,
     SentenceSplitter,
     evidence,
 )
+from answer_service.caches import AnswerCache, EmbeddingCache
 from answer_service.errors import (
     InvalidRequestError,
     OverloadedError,
@@ -47,6 +49,7 @@ from answer_service.events import (
     PlanEvent,
     Retrieved,
     SourcesEvent,
+    StageTimings,
     TokenEvent,
 )
 from answer_service.metrics import ServiceMetrics
@@ -119,6 +122,9 @@ class AnswerPipeline:
         tracer: Tracer,
         config: PipelineConfig,
         metrics: ServiceMetrics | None = None,
+        *,
+        answer_cache: AnswerCache | None = None,
+        embeddings: EmbeddingCache | None = None,
     ) -> None:
         self._retriever = retriever
         self._template = template
@@ -140,8 +146,11 @@ class AnswerPipeline:
                 config.cache_slack,
             ),
             self.planning,
+            embeddings,
         )
         self.metrics = metrics or ServiceMetrics()
+        # Complete answers are cached only where decoding is greedy (the same every time).
+        self.answer_cache = answer_cache if config.temperature == 0.0 else None
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
         """The point past which the first token is given up on: budget x timeout factor."""
@@ -192,6 +201,16 @@ class AnswerPipeline:
             reranker=self._retriever.reranker is not None,
             cache=self.cache,
         )
+        cache_key = None
+        if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
+            cache_key = self.answer_cache.key(request.query, request.top_k)
+            hit = await self.answer_cache.get(cache_key)
+            root.set_attribute("answer.cache_hit", hit is not None)
+            if hit is not None:
+                return PreparedAnswer(
+                    request, deadline, hit.sources, root, StageTimings(), tracker, planning,
+                    cached=hit, metrics=self.metrics,
+                )  # fmt: skip
         # Refused (or sources only) when even the smallest plan's typical time misses the
         # budget; one that only misses it with the safety margins is tried.
         sources_only = tracker.planner and not tracker.plan.likely
@@ -228,6 +247,7 @@ class AnswerPipeline:
             cache=self.cache,
             metrics=self.metrics,
             degraded=retrieved.degraded,
+            cache_key=cache_key,
         )
         if sources_only:
             tracker.cut("passages", "no plan makes the budget: sources only", 0)
@@ -397,6 +417,13 @@ class AnswerPipeline:
         if prepared.outcome == "abstained":
             prepared.first_token()
             yield TokenEvent(ABSTENTION)
+        if (cached := prepared.cached) is not None:
+            prepared.first_token()
+            yield TokenEvent(cached.text)
+            for citation in cached.citations:
+                yield CitationEvent(citation)
+        parts: list[str] = []
+        citations: list[Citation] = []
         error: ErrorEvent | None = None
         generation = prepared.generation
         generate_started_s = time.perf_counter()
@@ -411,11 +438,14 @@ class AnswerPipeline:
                 async for delta in generation.stream:
                     if prepared.ttft_ms is None:
                         prepared.first_token()
+                    parts.append(delta.text)
                     yield TokenEvent(delta.text)
                     for sentence in splitter.feed(delta.text):
-                        yield CitationEvent(attributor.cite(sentence))
+                        citations.append(attributor.cite(sentence))
+                        yield CitationEvent(citations[-1])
                 for sentence in splitter.finish():
-                    yield CitationEvent(attributor.cite(sentence))
+                    citations.append(attributor.cite(sentence))
+                    yield CitationEvent(citations[-1])
         except GenerationError as exc:
             error = error_event(exc)
             prepared.outcome = "error"
@@ -435,4 +465,8 @@ class AnswerPipeline:
             prepared.close_nowait()
         if error is not None:
             yield error
-        yield DoneEvent(prepared.stats())
+        stats = prepared.stats()
+        cacheable = prepared.cacheable(stats, "".join(parts), citations) if not error else None
+        if self.answer_cache is not None and prepared.cache_key and cacheable is not None:
+            self.answer_cache.put(prepared.cache_key, cacheable)
+        yield DoneEvent(stats)

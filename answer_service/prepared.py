@@ -4,11 +4,14 @@ sources alone): everything `AnswerPipeline.events()` needs, and the one place it
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span, Status, StatusCode
 
 from answer_service.admission import Slot
+from answer_service.attribution import Citation
+from answer_service.caches import CachedAnswer
 from answer_service.events import AnswerRequest, AnswerStats, PlanRecord, Source, StageTimings
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline_values import end_generate_span, plan_attributes
@@ -52,6 +55,10 @@ class PreparedAnswer:
     degraded: tuple[str, ...] = ()
     outcome: str = "ok"
     ttft_ms: float | None = None
+    # A complete answer from the answer cache (no retrieval, no generation), or the key this
+    # answer is cached under when it completes.
+    cached: CachedAnswer | None = None
+    cache_key: str | None = None
     _closed: bool = field(default=False)
 
     @property
@@ -83,6 +90,7 @@ class PreparedAnswer:
         generation = self.generation
         result = generation.stream.result if generation else None
         prompt = generation.prompt if generation else None
+        cached = self.cached
         return AnswerStats(
             trace_id=self.trace_id,
             outcome=self.outcome,
@@ -92,14 +100,31 @@ class PreparedAnswer:
             stages=self.timings,
             prompt_tokens=result.prompt_tokens if result else 0,
             cached_tokens=result.cached_tokens if result else 0,
-            completion_tokens=result.completion_tokens if result else 0,
-            finish_reason=result.finish_reason if result else self.outcome,
+            completion_tokens=result.completion_tokens
+            if result
+            else (cached.completion_tokens if cached else 0),
+            finish_reason=result.finish_reason
+            if result
+            else (cached.finish_reason if cached else self.outcome),
             passages_in_prompt=len(prompt.passages) if prompt else 0,
             passages_dropped=prompt.dropped_passages if prompt else 0,
             degraded=self.degraded,
             prompt_layout=prompt.layout if prompt else "none",
             expected_cached_tokens=prompt.expected_cached_tokens if prompt else 0,
             worker=generation.worker if generation else "",
+            from_cache=cached is not None,
+        )
+
+    def cacheable(
+        self, stats: AnswerStats, text: str, citations: Sequence[Citation]
+    ) -> CachedAnswer | None:
+        """This answer as the cache keeps it, if it is complete: generated, not cut, not
+        degraded, not cut short."""
+        complete = stats.outcome == "ok" and stats.finish_reason in ("stop", "length")
+        if self.generation is None or not complete or self.degraded or self.tracker.cuts:
+            return None
+        return CachedAnswer(
+            text, self.sources, tuple(citations), stats.completion_tokens, stats.finish_reason
         )
 
     def close_nowait(self) -> None:

@@ -4,10 +4,12 @@ slice from the plan; a rerank that would overrun is cut to retrieval order."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
 
+from answer_service.caches import EmbeddingCache
 from answer_service.errors import ServiceError, StageTimeoutError
 from answer_service.events import AnswerRequest, Retrieved, StageTimings
 from answer_service.pipeline_values import depth_attributes
@@ -37,8 +39,10 @@ class RetrievalStage:
         tracer: Tracer,
         config: RetrievalConfig,
         planning: RequestPlanning,
+        embeddings: EmbeddingCache | None = None,
     ) -> None:
         self.retriever = retriever
+        self.embeddings = embeddings
         self._tracer = tracer
         self._config = config
         self.planning = planning
@@ -81,7 +85,6 @@ class RetrievalStage:
                 span.set_attribute("retrieval.results", len(found.value))
                 span.set_attribute("answer.stage.elapsed_ms", found.elapsed_ms)
             embed_ms = vector.elapsed_ms if vector else 0.0
-            self.planning.observe("embed", query_tokens(request.query), embed_ms)
             self.planning.observe("search", knobs.retrieve_k, found.elapsed_ms)
             tracker.spent(embed=embed_ms, search=found.elapsed_ms)
             reranked = await self._rerank(request, found.value, deadline, hard, tracker)
@@ -108,7 +111,17 @@ class RetrievalStage:
                 "answer.stage.budget_ms": deadline.remaining_ms(),
             },
         ) as span:
-            vector = await self.retriever.embed_query(request.query, deadline)
+            started_s = time.perf_counter()
+            cached = await self.embeddings.get(request.query) if self.embeddings else None
+            span.set_attribute("embedding.cache_hit", cached is not None)
+            if cached is not None:
+                vector = Timed(cached, (time.perf_counter() - started_s) * 1000.0)
+            else:
+                vector = await self.retriever.embed_query(request.query, deadline)
+                if self.embeddings is not None:
+                    self.embeddings.put(request.query, vector.value)
+                # The embed model learns what the embedder costs, not what a cache hit does.
+                self.planning.observe("embed", query_tokens(request.query), vector.elapsed_ms)
             span.set_attribute("answer.stage.elapsed_ms", vector.elapsed_ms)
         return vector
 

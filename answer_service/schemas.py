@@ -144,6 +144,8 @@ class DonePayload(BaseModel):
     prompt_layout: str
     expected_cached_tokens: int
     worker: str
+    # Served whole from the answer cache (no retrieval, no generation).
+    from_cache: bool = False
 
     @classmethod
     def of(cls, stats: AnswerStats) -> DonePayload:
@@ -171,6 +173,7 @@ class DonePayload(BaseModel):
             prompt_layout=stats.prompt_layout,
             expected_cached_tokens=stats.expected_cached_tokens,
             worker=stats.worker,
+            from_cache=stats.from_cache,
         )
 
 

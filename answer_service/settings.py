@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from answer_service.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
+from answer_service.auth import read_api_keys
 from answer_service.planning import read_quality_curves
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.reranker import DEFAULT_RERANKER
@@ -118,12 +119,24 @@ class Settings(BaseSettings):
     recent_requests: int = Field(default=5000, ge=1)
     dashboard_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
 
+    # API keys (answer_service/auth.py): a JSON file of key digests with their tier and limits;
+    # None: no keys asked for. `answer-service keys add` writes it.
+    api_keys_file: Path | None = None
+    # Request bodies over this get 413; browsers from these origins may call the API (CORS).
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
     # Redis, shared by the replicas (e.g. redis://127.0.0.1:6379/0); None: in-process only.
     # Keys start with `redis_prefix`. Every call is bounded by `redis_timeout_s`; when Redis
     # fails the service goes on with in-process fallbacks and `/readyz` says so.
     redis_url: str | None = None
     redis_prefix: str = Field(default="answer:", min_length=1)
     redis_timeout_s: float = Field(default=0.25, gt=0.0, le=10.0)
+    # Complete answers (greedy decoding only) and query embeddings are cached for this long,
+    # in Redis and, while it is down, in a small in-process LRU; 0 turns a cache off.
+    answer_cache_ttl_s: float = Field(default=600.0, ge=0.0)
+    embedding_cache_ttl_s: float = Field(default=86_400.0, ge=0.0)
+    local_cache_entries: int = Field(default=2048, ge=1)
 
     @field_validator("planner_rerank_depths", mode="before")
     @classmethod
@@ -161,7 +174,14 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("sglang_workers", mode="before")
+    @field_validator("api_keys_file")
+    @classmethod
+    def _readable_keys(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            read_api_keys(value)  # a bad file fails at start-up, with its reason
+        return value
+
+    @field_validator("sglang_workers", "cors_origins", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         if isinstance(value, str):

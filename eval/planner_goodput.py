@@ -124,6 +124,8 @@ def service_environment(
     base: dict[str, str], config: ServiceConfig, args: argparse.Namespace
 ) -> dict[str, str]:
     env = {key: value for key, value in base.items() if not key.startswith("ANSWER_")}
+    # Each question is answered once per configuration: no answer may come from the cache.
+    env["ANSWER_ANSWER_CACHE_TTL_S"] = "0"
     env.update(config.environment(args.reranker, args.max_new_tokens))
     env.update(args.service_env)
     return env

@@ -236,6 +236,7 @@ async def _answer_all(
         sglang_workers=urls if len(urls) > 1 else [],
         tokenizer=str(model_dir),
         reranker_model=None,
+        answer_cache_ttl_s=0,  # the same questions again measure SGLang's cache, not ours
         prompt_layout=variant.layout,
         prompt_cache_slack=variant.cache_slack,
         max_new_tokens=args.max_new_tokens,

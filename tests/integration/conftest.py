@@ -98,6 +98,9 @@ def service(squad_index: Path) -> ServiceFactory:
     @contextmanager
     def run(*, ready: bool = True, **overrides: Any) -> Iterator[str]:
         overrides.setdefault("reranker_model", None)
+        # Tests ask the same question again to see SGLang's cache, the planner or a fault:
+        # the answer cache would answer instead. tests/integration/test_caches.py turns it on.
+        overrides.setdefault("answer_cache_ttl_s", 0)
         settings = Settings(index_dir=overrides.pop("index_dir", squad_index), **overrides)
         with serve_in_thread(create_app(settings)) as url:
             if ready:

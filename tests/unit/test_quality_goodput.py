@@ -145,6 +145,7 @@ def test_each_service_gets_its_configuration_and_no_inherited_answer_setting() -
     mid = service_environment(base, CONFIGS["mid"], args)
     assert mid == {
         "PATH": "/bin",
+        "ANSWER_ANSWER_CACHE_TTL_S": "0",  # every answer measured is generated
         "ANSWER_PLANNER": "false",
         "ANSWER_DEFAULT_TOP_K": "3",
         "ANSWER_RERANK_CANDIDATES": "1",

@@ -1,0 +1,196 @@
+"""API keys, rate limits, open-answer limits, body limits and CORS over real HTTP, with a real
+Redis shared by two replicas (and a dead one)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from answer_service.auth import ApiKey, digest, write_api_keys
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import free_port, parse_sse, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+PREMIUM = "ask_premium-test-key"
+SLOW = "ask_slow-test-key"
+ONE_AT_A_TIME = "ask_single-stream-key"
+
+
+@pytest.fixture(scope="module")
+def sglang(chatml_tokenizer_dir: Path) -> Iterator[tuple[str, FakeSGLangState]]:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with serve_in_thread(create_fake_sglang(state)) as url:
+        yield url, state
+
+
+@pytest.fixture(scope="module")
+def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "keys.json"
+    write_api_keys(
+        path,
+        [
+            ApiKey("premium-team", digest(PREMIUM), "premium", rate_per_s=100, burst=100),
+            ApiKey("slow-team", digest(SLOW), "standard", rate_per_s=0.2, burst=2),
+            ApiKey("single", digest(ONE_AT_A_TIME), "standard", max_streams=1),
+        ],
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def settings(sglang: tuple[str, FakeSGLangState], keys_file: Path) -> dict[str, Any]:
+    return {
+        "sglang_url": sglang[0],
+        "api_keys_file": keys_file,
+        "redis_url": REDIS_URL,
+        "redis_prefix": f"test-{uuid.uuid4().hex[:8]}:",
+        "cors_origins": ["https://app.example"],
+    }
+
+
+@pytest.fixture(scope="module")
+def url(service: ServiceFactory, settings: dict[str, Any]) -> Iterator[str]:
+    with service(**settings) as base:
+        yield base
+
+
+def _ask(url: str, key: str | None = None, **headers: str) -> httpx.Response:
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    body = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 2}
+    return httpx.post(f"{url}/v1/answer", json=body, headers=headers, timeout=30)
+
+
+def test_no_key_or_a_wrong_one_is_401(url: str) -> None:
+    missing = _ask(url)
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["error"]["code"] == "unauthorized"
+    assert "API key is required" in missing.json()["error"]["message"]
+    wrong = _ask(url, "ask_not-a-key")
+    assert wrong.status_code == 401
+    assert wrong.json()["error"]["message"] == "the API key is not valid"
+    assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200  # open
+
+
+def test_the_key_sets_the_tier_and_another_tier_is_403(url: str) -> None:
+    answered = _ask(url, PREMIUM)
+    assert answered.status_code == 200, answered.text
+    plan = parse_sse(answered.text)[0]
+    assert plan.event == "plan"
+    assert plan.data["tier"] == "premium"
+    by_header = httpx.post(
+        f"{url}/v1/answer",
+        json={"query": QUESTION, "ttft_budget_ms": 10_000},
+        headers={"X-API-Key": PREMIUM},
+        timeout=30,
+    )
+    assert by_header.status_code == 200
+    other = _ask(url, PREMIUM, **{"X-Tenant-Tier": "standard"})
+    assert other.status_code == 403
+    assert other.json()["error"]["code"] == "forbidden"
+
+
+def test_the_openai_client_sends_its_key(url: str) -> None:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=PREMIUM, max_retries=0, timeout=30)
+    completion = client.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": QUESTION}]
+    )
+    assert completion.choices[0].message.content
+    refused = openai.OpenAI(base_url=f"{url}/v1", api_key="ask_nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        refused.chat.completions.create(model="any", messages=[{"role": "user", "content": "q"}])
+
+
+def test_replicas_share_one_rate_limit_through_redis(
+    service: ServiceFactory, url: str, settings: dict[str, Any]
+) -> None:
+    with service(**settings) as other:
+        assert _ask(url, SLOW).status_code == 200
+        assert _ask(other, SLOW).status_code == 200  # the burst of 2 is spent across both
+        limited = _ask(url, SLOW)
+    assert limited.status_code == 429
+    assert limited.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(limited.headers["retry-after"]) <= 5  # a token every 5 s
+
+
+def test_with_redis_down_each_replica_limits_alone(
+    service: ServiceFactory, settings: dict[str, Any]
+) -> None:
+    dead = {**settings, "redis_url": f"redis://127.0.0.1:{free_port()}/0"}
+    with service(**dead) as base:
+        codes = [_ask(base, SLOW).status_code for _ in range(3)]
+        ready = httpx.get(f"{base}/readyz", timeout=10).json()
+    assert codes == [200, 200, 429]
+    assert ready["redis"].startswith("down: ")
+
+
+def test_a_key_has_at_most_its_open_answers(url: str, sglang: tuple[str, FakeSGLangState]) -> None:
+    state = sglang[1]
+    state.token_delay_s = 0.3  # the first answer stays open ~1.5 s
+    asked = len(state.requests)
+    try:
+        first: list[httpx.Response] = []
+        thread = threading.Thread(target=lambda: first.append(_ask(url, ONE_AT_A_TIME)))
+        thread.start()
+        try:
+            while len(state.requests) == asked:  # until the first reaches SGLang
+                threading.Event().wait(0.05)
+            second = _ask(url, ONE_AT_A_TIME)
+        finally:
+            thread.join()
+    finally:
+        state.token_delay_s = 0.01
+    assert second.status_code == 429
+    assert "already has 1 answers open" in second.json()["error"]["message"]
+    assert first[0].status_code == 200
+    assert _ask(url, ONE_AT_A_TIME).status_code == 200  # closed again
+
+
+def test_a_body_over_the_limit_is_413(url: str) -> None:
+    huge = {"query": "x" * 100_000}
+    response = httpx.post(
+        f"{url}/v1/answer", json=huge, headers={"Authorization": f"Bearer {PREMIUM}"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
+        yield b'{"query": "'
+        for _ in range(100):
+            yield b"y" * 1000
+        yield b'"}'
+
+    streamed = httpx.post(
+        f"{url}/v1/answer",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {PREMIUM}", "content-type": "application/json"},
+    )
+    assert streamed.status_code == 413
+
+
+def test_cors_allows_the_configured_origin_only(url: str) -> None:
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
+    allowed = httpx.options(
+        f"{url}/v1/answer", headers={"Origin": "https://app.example", **preflight}
+    )
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+    other = httpx.options(
+        f"{url}/v1/answer", headers={"Origin": "https://evil.example", **preflight}
+    )
+    assert "access-control-allow-origin" not in other.headers

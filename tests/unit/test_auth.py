@@ -1,0 +1,113 @@
+"""API key files, constant-time lookup, the in-process token bucket and open-answer counts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from answer_service.auth import (
+    ApiKey,
+    ApiKeyFileError,
+    KeyRing,
+    StreamCounts,
+    digest,
+    new_key,
+    read_api_keys,
+    write_api_keys,
+)
+from answer_service.keys_cli import add_keys_commands
+from answer_service.rate_limit import LocalBuckets
+
+
+def test_a_key_file_keeps_digests_only_and_reads_back(tmp_path: Path) -> None:
+    key = new_key()
+    assert key.startswith("ask_")
+    assert len(key) > 40
+    path = tmp_path / "keys.json"
+    written = [ApiKey("team-a", digest(key), "premium", 2.0, 4, 3)]
+    write_api_keys(path, written)
+    assert key not in path.read_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_api_keys(path) == written
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "cannot read"),
+        ('{"nokeys": []}', "expected"),
+        ('{"keys": [{"id": "a", "tier": "standard"}]}', "sha256"),
+        ('{"keys": [{"id": "a", "sha256": "abc", "tier": "standard"}]}', "64 hex digits"),
+        (
+            json.dumps({"keys": [{"id": "a", "sha256": "0" * 64, "tier": "s", "burst": 0}]}),
+            "positive",
+        ),
+        (json.dumps({"keys": [{"id": "a", "sha256": "0" * 64, "tier": "s"}] * 2}), "distinct"),
+    ],
+)
+def test_a_bad_key_file_is_refused_with_its_reason(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "keys.json"
+    path.write_text(content)
+    with pytest.raises(ApiKeyFileError, match=message):
+        read_api_keys(path)
+
+
+def test_the_ring_finds_the_key_whose_digest_matches() -> None:
+    keys = [ApiKey(f"k{n}", digest(f"secret-{n}"), "standard") for n in range(5)]
+    ring = KeyRing(keys)
+    assert ring.find("secret-3") == keys[3]
+    assert ring.find("secret-9") is None
+    assert ring.find("") is None
+
+
+def test_the_local_bucket_allows_the_burst_then_the_rate() -> None:
+    now = [0.0]
+    buckets = LocalBuckets(clock=lambda: now[0])
+    key = ApiKey("k", "0" * 64, "standard", rate_per_s=2.0, burst=3)
+    assert [buckets.take(key)[0] for _ in range(3)] == [True, True, True]
+    allowed, wait_s = buckets.take(key)
+    assert not allowed
+    assert wait_s == pytest.approx(0.5)
+    now[0] = 0.5
+    assert buckets.take(key)[0]
+    now[0] = 100.0  # refills to the burst, not beyond
+    assert [buckets.take(key)[0] for _ in range(4)] == [True, True, True, False]
+
+
+def test_open_answers_are_counted_per_key() -> None:
+    counts = StreamCounts()
+    key = ApiKey("k", "0" * 64, "standard", max_streams=2)
+    assert counts.try_open(key)
+    assert counts.try_open(key)
+    assert not counts.try_open(key)
+    counts.close(key)
+    assert counts.open_count(key) == 1
+    assert counts.try_open(key)
+
+
+def test_keys_add_list_and_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_keys_commands(parser.add_subparsers(dest="command"))
+    path = tmp_path / "keys.json"
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["keys", *argv])
+        code: int = args.run(args)
+        return code
+
+    assert run("add", "--file", str(path), "--id", "team-a", "--tier", "premium") == 0
+    key = capsys.readouterr().out.strip()
+    assert KeyRing(read_api_keys(path)).find(key) is not None
+    assert run("add", "--file", str(path), "--id", "team-a") == 2
+    assert run("list", "--file", str(path)) == 0
+    listed = capsys.readouterr().out
+    assert "team-a\ttier=premium" in listed
+    assert key not in listed
+    assert run("revoke", "--file", str(path), "--id", "team-a") == 0
+    assert read_api_keys(path) == []
