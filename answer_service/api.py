@@ -48,6 +48,7 @@ from answer_service.events import (
     TokenEvent,
 )
 from answer_service.openai_api import router as openai_router
+from answer_service.openapi_limits import document_limits
 from answer_service.pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.schemas import (
     AnswerBody,
@@ -189,6 +190,10 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
     query = body.query.strip()
     if not query:
         raise InvalidRequestError("`query` must contain non-whitespace text")
+    if len(query) > settings.max_query_chars:
+        raise InvalidRequestError(
+            f"`query` is {len(query)} characters; the limit is {settings.max_query_chars}"
+        )
     if body.top_k > settings.max_retrieve_k:
         raise InvalidRequestError(
             f"`top_k` is {body.top_k}; the limit is {settings.max_retrieve_k}"
@@ -282,6 +287,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(router)
     app.include_router(openai_router)
+    document_limits(app, settings)
     app.include_router(dashboard_router)
     mount_static(app)
     app.add_middleware(AccessMiddleware)

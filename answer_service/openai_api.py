@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.background import BackgroundTask
 
 from answer_service.answering import (
@@ -90,6 +90,8 @@ class ChatCompletionBody(BaseModel):
     def query(self) -> str:
         for message in reversed(self.messages):
             if message.role == "user":
+                if not message.text().strip():
+                    raise InvalidRequestError("the last user message, the query, is empty")
                 return message.text()
         raise InvalidRequestError("`messages` has no user message: the last one is the query")
 
@@ -193,12 +195,16 @@ async def chat_completions(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Response:
-    answer = AnswerBody(
-        query=body.query(),
-        ttft_budget_ms=body.ttft_budget_ms,
-        top_k=body.top_k,
-        allow_sources_only=body.allow_sources_only,
-    )
+    try:
+        answer = AnswerBody(
+            query=body.query(),
+            ttft_budget_ms=body.ttft_budget_ms,
+            top_k=body.top_k,
+            allow_sources_only=body.allow_sources_only,
+        )
+    except ValidationError as exc:  # e.g. a query over the body's limit
+        problems = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise InvalidRequestError(f"the last user message cannot be the query: {problems}") from exc
     tier = request_tier(http_request, components.settings, body.tier or x_tenant_tier)
     request = answer_request(answer, components.settings, tier)
     started = await start_answer(http_request, components, request)

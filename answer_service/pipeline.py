@@ -153,10 +153,14 @@ class AnswerPipeline:
         self.answer_cache = answer_cache if config.temperature == 0.0 else None
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
-        """The point past which the first token is given up on: budget x timeout factor."""
-        budget_s = (
-            deadline.expires_at_s - deadline.started_at_s
-        ) * self._config.ttft_timeout_factor
+        """The point past which the first token is given up on: budget x timeout factor (at
+        least the retrieval floor)."""
+        budget_s = max(
+            (deadline.expires_at_s - deadline.started_at_s) * self._config.ttft_timeout_factor,
+            # Retrieval may always use its floor: a sources-only answer to a tiny budget
+            # still gets its sources.
+            self._config.retrieval_floor_ms / 1000.0,
+        )
         return Deadline(deadline.started_at_s, deadline.started_at_s + budget_s, deadline.clock)
 
     async def prepare(self, request: AnswerRequest, deadline: Deadline) -> PreparedAnswer:
@@ -215,6 +219,12 @@ class AnswerPipeline:
         # budget; one that only misses it with the safety margins is tried.
         sources_only = tracker.planner and not tracker.plan.likely
         if sources_only and not request.allow_sources_only:
+            if tracker.idle_floor_ms > request.ttft_budget_ms:  # no load would make it fit
+                raise InvalidRequestError(
+                    f"`ttft_budget_ms` is {request.ttft_budget_ms}; even an idle worker takes "
+                    f"about {tracker.idle_floor_ms:.0f} ms to a first token here: ask for more "
+                    "or allow a sources-only answer"
+                )
             predicted = tracker.plan.predicted_ms.total
             raise OverloadedError(
                 f"no plan can make the {request.ttft_budget_ms} ms budget now (the smallest "

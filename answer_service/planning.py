@@ -89,6 +89,9 @@ class PlanTracker:
     cuts: list[Cut] = field(default_factory=list)
     queue_wait_ms: float = 0.0
     worker: str = ""
+    # When no plan is likely to make the budget: the smallest plan's median time on an idle
+    # worker (a budget under it is the request's problem, not the load's).
+    idle_floor_ms: float = 0.0
 
     def __post_init__(self) -> None:
         self.knobs = self.plan.knobs
@@ -176,7 +179,10 @@ class RequestPlanning:
         else:
             depth = self.config.fixed_rerank_depth if reranker else 0
             plan = self.planner.evaluate(request, depth, top_k)
-        return PlanTracker(plan, self.config.enabled, tier, budget_ms)
+        tracker = PlanTracker(plan, self.config.enabled, tier, budget_ms)
+        if not plan.likely:
+            tracker.idle_floor_ms = self.planner.idle_floor_ms(request)
+        return tracker
 
     def retry_after_s(self) -> int:
         """When the least loaded worker should have worked off its queue."""

@@ -15,6 +15,7 @@ left, the prompt's real token count and cached prefix, and the worker's queue
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -311,6 +312,11 @@ class Planner:
             uncached_tokens=uncached,
             likely=fits or self._median_ms(request, depth, passages) <= request.remaining_ms,
         )
+
+    def idle_floor_ms(self, request: PlanInput) -> float:
+        """The typical (median) time of the smallest plan with nothing queued ahead: a budget
+        under it cannot be met however idle the service is."""
+        return self._median_ms(dataclasses.replace(request, prefill_ahead_tokens=0.0), 0, 1)
 
     def _median_ms(self, request: PlanInput, depth: int, passages: int) -> float:
         models = self.models

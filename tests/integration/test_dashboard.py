@@ -63,13 +63,13 @@ def test_a_snapshot_holds_answers_and_refusals_from_memory(
     with service(sglang_url=sglang) as url:
         done = _answer(url)
         refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 1})  # nothing fits 1 ms
-        assert refused.status_code == 503, refused.text
+        assert refused.status_code == 422, refused.text
         snapshot = _snapshot(url)
     assert snapshot["source"] == "memory"
     assert snapshot["counts"]["answered"] == 1
     assert snapshot["counts"]["rejected"] == 1
     refusal, answer = snapshot["requests"]
-    assert refusal["outcome"] == "overloaded"
+    assert refusal["outcome"] == "invalid_request"
     assert answer["trace_id"] == done["trace_id"]
     assert answer["ttft_ms"] == pytest.approx(done["ttft_ms"], abs=0.01)  # done rounds to 0.01
     stages = {s["stage"]: s for s in answer["stages"]}

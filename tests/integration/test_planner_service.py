@@ -1,11 +1,14 @@
-"""The deadline planner in the running service: the `plan` event, admission (503 with
-Retry-After, or sources only), tiers, the queue for generation slots and the passage cut."""
+"""The deadline planner in the running service: the `plan` event, admission (422 for a budget
+even an idle worker cannot make, 503 with Retry-After for one the queue makes impossible, or
+sources only), tiers, the queue for generation slots and the passage cut."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -75,11 +78,12 @@ def test_a_budget_no_plan_can_make_is_refused_at_once_or_answered_with_sources(
         started = time.perf_counter()
         refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50})
         assert time.perf_counter() - started < 1.0
-        assert refused.status_code == 503
-        assert int(refused.headers["Retry-After"]) >= 1
+        # Nothing is queued: no wait would help, so it is the request's problem, not a 503.
+        assert refused.status_code == 422
         error = refused.json()["error"]
-        assert error["code"] == "overloaded"
-        assert "no plan can make the 50 ms budget" in error["message"]
+        assert error["code"] == "invalid_request"
+        floor_ms = float(re.search(r"takes about (\d+) ms", error["message"]).group(1))  # type: ignore[union-attr]
+        assert floor_ms > 50
         assert fake[1].requests == [], "nothing was sent to SGLang"
 
         events = parse_sse(
@@ -92,6 +96,31 @@ def test_a_budget_no_plan_can_make_is_refused_at_once_or_answered_with_sources(
         assert events[1].data["sources"][0]["id"] == "Super_Bowl_50-0#0"
         assert events[2].data["outcome"] == "sources_only"
         assert fake[1].requests == []
+
+
+def test_a_budget_the_queue_makes_impossible_is_503_with_retry_after(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    state = fake[1]
+    with service(sglang_url=fake[0]) as url:
+        floor = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 1}).json()["error"]
+        floor_ms = float(re.search(r"takes about (\d+) ms", floor["message"]).group(1))  # type: ignore[union-attr]
+        state.token_delay_s = 3.0  # the first answer holds the only slot until its first token
+        with ThreadPoolExecutor(1) as pool:
+            holding = pool.submit(
+                post_answer, url, {"query": QUESTION, "ttft_budget_ms": 20_000, "top_k": 5}
+            )
+            while not state.requests:
+                time.sleep(0.02)
+            started = time.perf_counter()
+            refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": int(floor_ms * 1.3)})
+            refused_s = time.perf_counter() - started
+            assert holding.result().status_code == 200
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "overloaded"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert refused_s < 1.0
+    assert len(state.requests) == 1
 
 
 def test_the_planner_off_fixes_the_configuration(
@@ -199,13 +228,13 @@ def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
             timeout=30,
         )
         assert premium.status_code == 200
-        assert post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50}).status_code == 503
+        assert post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50}).status_code == 422
         post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50, "allow_sources_only": True})
         samples = _samples(url)
     requests = "answer_requests_total"
     assert samples[(requests, (("outcome", "ok"), ("tier", "standard")))] == 1
     assert samples[(requests, (("outcome", "ok"), ("tier", "premium")))] == 1
-    assert samples[(requests, (("outcome", "overloaded"), ("tier", "standard")))] == 1
+    assert samples[(requests, (("outcome", "invalid_request"), ("tier", "standard")))] == 1
     assert samples[(requests, (("outcome", "sources_only"), ("tier", "standard")))] == 1
     assert samples[("answer_ttft_seconds_count", (("tier", "standard"),))] == 1
     assert samples[("answer_ttft_budget_total", (("met", "true"), ("tier", "standard")))] == 1

@@ -86,6 +86,14 @@ def test_nothing_fits_gives_the_smallest_plan_marked_as_not_fitting() -> None:
     assert plan.predicted_ms.total == pytest.approx(720)
 
 
+def test_the_idle_floor_is_the_smallest_plan_with_nothing_queued() -> None:
+    # With no observations the median is the prior: (0, 1) takes 720 ms, whatever is queued.
+    assert planner().idle_floor_ms(request(500)) == pytest.approx(720)
+    assert planner().idle_floor_ms(request(500, ahead=4_000)) == pytest.approx(720)
+    busy = planner().plan(request(1_000, ahead=4_000))
+    assert not busy.likely  # the queue, not the budget, is what it cannot make
+
+
 def test_a_queue_on_the_worker_shrinks_the_plan() -> None:
     idle = planner().plan(request(2_000))
     busy = planner().plan(request(2_000, ahead=400))  # 800 ms of someone else's prefill
