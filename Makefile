@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test check lint types unit sglang-setup redis clean
+.PHONY: venv demo test check lint types unit sglang-setup redis browser clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +34,15 @@ redis:
 	@redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || \
 	  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 
+# Debian's chromium for the dashboard's browser test (driven by playwright, no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
 unit: venv
 	$(BIN)/python -m pytest tests/unit -q
 
-test: check sglang-setup redis
+test: check sglang-setup redis browser
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -74,6 +74,14 @@ class GenerationGate:
         state = self._workers[worker]
         return sum(state.held.values()) + state.queue.waiting_cost()
 
+    def requests_ahead(self, worker: str) -> float:
+        """Requests `worker` takes before one queued now starts, in units of its slots (0
+        when a slot is free)."""
+        state = self._workers[worker]
+        if len(state.held) < state.capacity and not len(state.queue):
+            return 0.0
+        return (len(state.held) + len(state.queue)) / state.capacity
+
     def prefilling_tokens(self, worker: str, slot: Slot) -> float:
         """Prompt tokens the worker is prefilling for the other holders of its slots."""
         held = self._workers[worker].held

@@ -95,6 +95,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
         model=components.served_model,
         reranker=components.reranker_status,
         redis=await components.redis_status(),
+        workers_down=await components.workers_down() if len(components.workers) > 1 else [],
     )
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 

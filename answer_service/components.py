@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from answer_service.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
+from answer_service.fleet_rate import FleetArrivals
+from answer_service.index_watch import IndexWatcher
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
 from answer_service.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
@@ -30,7 +32,7 @@ from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
 from retrieval.ann import SearchDepth
-from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.embedder import Embedder, EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
 from retrieval.fusion import FusionConfig
 from retrieval.reranker import RerankerConfig, load_reranker
@@ -54,6 +56,8 @@ class Components:
     request_log: RequestLog
     redis: RedisLink | None = None
     shared_requests: SharedRequests | None = None
+    # Every replica's arrival rate, for the planner (with Redis).
+    fleet: FleetArrivals | None = None
     # API keys (None: none asked for), their rate limits and open answers.
     keys: KeyRing | None = None
     rate_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
@@ -65,6 +69,8 @@ class Components:
     reranker_status: str = "not loaded"
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
     _reranker_task: asyncio.Task[None] | None = field(default=None)
+    _watch_task: asyncio.Task[None] | None = field(default=None)
+    _fleet_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, settings: Settings) -> Components:
@@ -94,10 +100,11 @@ class Components:
             provider,
             ServiceMetrics(listeners=(request_log,)),
             request_log,
-            redis,
-            shared,
-            keys,
-            RateLimiter(redis),
+            redis=redis,
+            shared_requests=shared,
+            fleet=FleetArrivals(redis) if redis is not None else None,
+            keys=keys,
+            rate_limiter=RateLimiter(redis),
         )
 
     async def redis_status(self) -> str:
@@ -111,7 +118,10 @@ class Components:
         return self.workers[0]
 
     def start_warm_up(self) -> None:
-        self._warm_up_task = asyncio.get_running_loop().create_task(self._warm_up())
+        loop = asyncio.get_running_loop()
+        self._warm_up_task = loop.create_task(self._warm_up())
+        if self.fleet is not None:
+            self._fleet_task = loop.create_task(self.fleet.run())
 
     async def wait_ready(self) -> None:
         if self._warm_up_task is not None:
@@ -125,19 +135,7 @@ class Components:
             embedder = SentenceTransformerEmbedder(
                 EmbedderConfig(model=settings.embedder_model, device=settings.device)
             )
-            fusion = FusionConfig(
-                rrf_k=settings.rrf_k,
-                dense_weight=settings.dense_weight,
-                lexical_weight=settings.lexical_weight,
-            )
-            self.retriever = await asyncio.to_thread(
-                Retriever.open,
-                settings.index_dir,
-                embedder,
-                device=settings.device,
-                fusion=fusion,
-                max_workers=settings.retrieval_workers,
-            )
+            self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
             tokenizer = settings.tokenizer or await self._served_model()
             self.served_model = self.served_model or tokenizer
             template = HFChatTemplate(tokenizer)
@@ -156,11 +154,46 @@ class Components:
             self.metrics,
             answer_cache=self._answer_cache(config, self.retriever),
             embeddings=self._embedding_cache(self.retriever),
+            fleet=self.fleet,
         )
         logger.info(
             "warm-up finished passages=%d model=%s", len(self.retriever.index), self.served_model
         )
         self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
+        if settings.index_watch_s > 0:
+            grace_s = settings.max_ttft_budget_ms / 1000.0 * settings.ttft_timeout_factor
+            watcher = IndexWatcher(
+                self, settings.index_dir, every_s=settings.index_watch_s, grace_s=grace_s
+            )
+            self._watch_task = asyncio.get_running_loop().create_task(watcher.run())
+
+    def open_retriever(self, embedder: Embedder) -> Retriever:
+        """The configured index directory's retriever (blocking: run it in a thread)."""
+        settings = self.settings
+        assert settings.index_dir is not None
+        fusion = FusionConfig(
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            lexical_weight=settings.lexical_weight,
+        )
+        return Retriever.open(
+            settings.index_dir,
+            embedder,
+            device=settings.device,
+            fusion=fusion,
+            max_workers=settings.retrieval_workers,
+        )
+
+    def swap_retriever(self, retriever: Retriever) -> Retriever | None:
+        """Serve from `retriever` from now on (the reranker carries over); returns the old
+        one, which requests under way may still be using."""
+        old, self.retriever = self.retriever, retriever
+        if old is not None:
+            retriever.reranker = old.reranker
+        if self.pipeline is not None:
+            config = _pipeline_config(self.settings, self.served_model)
+            self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
+        return old
 
     def _store(self, namespace: str, ttl_s: float) -> SharedCache:
         capacity = self.settings.local_cache_entries
@@ -217,16 +250,19 @@ class Components:
             reasons.append(f"warm-up failed: {self.warm_up_error}")
         elif self.pipeline is None:
             reasons.append("warming up (embedder, index, chat template)")
-        healthy = await asyncio.gather(*(w.health(timeout_s=1.0) for w in self.workers))
-        reasons += [
-            f"SGLang at {w.base_url} is not healthy"
-            for w, ok in zip(self.workers, healthy, strict=True)
-            if not ok
-        ]
+        down = await self.workers_down()
+        if len(down) == len(self.workers):  # one of several down: the others answer, and
+            # /readyz should not take this replica out of its balancer for it
+            reasons += [f"SGLang at {url} is not healthy" for url in down]
         return reasons
 
+    async def workers_down(self) -> list[str]:
+        healthy = await asyncio.gather(*(w.health(timeout_s=1.0) for w in self.workers))
+        return [w.base_url for w, ok in zip(self.workers, healthy, strict=True) if not ok]
+
     async def aclose(self) -> None:
-        for task in (self._warm_up_task, self._reranker_task):
+        tasks = (self._warm_up_task, self._reranker_task, self._watch_task, self._fleet_task)
+        for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -237,6 +273,8 @@ class Components:
         await self.http.aclose()
         if self.shared_requests is not None:
             await self.shared_requests.drain()
+        if self.fleet is not None:
+            await self.fleet.drain()
         if self.redis is not None:
             await self.redis.aclose()
         self.provider.shutdown()
@@ -277,6 +315,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
             tier_weights=tuple(settings.tier_weights.items()),
             default_tier=settings.default_tier,
             tier_max_wait_ms=settings.tier_max_wait_ms,
+            fleet_workers=settings.fleet_workers,
             quality=read_quality_curves(settings.planner_quality_file)
             if settings.planner_quality_file
             else DEFAULT_QUALITY,

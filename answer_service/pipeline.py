@@ -37,7 +37,6 @@ from answer_service.errors import (
     OverloadedError,
     ServiceError,
     StageTimeoutError,
-    UpstreamError,
     UpstreamUnavailableError,
 )
 from answer_service.events import (
@@ -57,24 +56,21 @@ from answer_service.pipeline_values import (
     error_event,
     generate_attributes,
     numbered_sources,
+    open_stream,
     ranked_sources,
 )
-from answer_service.planning import PlanningConfig, RequestPlanning
+from answer_service.planning import FleetRate, PlanningConfig, RequestPlanning
 from answer_service.prepared import Generation, PreparedAnswer
 from answer_service.retrieval_stage import RetrievalConfig, RetrievalStage
 from budget import CacheEstimator, Deadline
 from budget.planner import Knobs, PromptOption
 from generation.errors import (
     GenerationError,
-    PromptTooLongError,
-    SGLangRequestError,
-    SGLangUnavailableError,
 )
 from generation.prefix_order import PromptLayout
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
 from generation.sglang_client import (
-    GenerationStream,
     SamplingParams,
     SGLangClient,
     StreamTimeouts,
@@ -84,6 +80,9 @@ from retrieval.passage import ScoredPassage
 from retrieval.retriever import RetrievalMode, Retriever
 
 logger = logging.getLogger(__name__)
+
+# How long a worker that refused a connection is passed over.
+_WORKER_DOWN_S = 5.0
 
 __all__ = ["AnswerPipeline", "PipelineConfig", "PreparedAnswer"]
 
@@ -125,6 +124,7 @@ class AnswerPipeline:
         *,
         answer_cache: AnswerCache | None = None,
         embeddings: EmbeddingCache | None = None,
+        fleet: FleetRate | None = None,
     ) -> None:
         self._retriever = retriever
         self._template = template
@@ -134,7 +134,7 @@ class AnswerPipeline:
         # Per worker: the passage sequences sent there, and how much of them it kept.
         self.router = PrefixRouter(list(self._workers), policy=config.routing)
         self.cache = CacheEstimator()
-        self.planning = RequestPlanning(config.planning, list(self._workers))
+        self.planning = RequestPlanning(config.planning, list(self._workers), fleet)
         self._retrieval = RetrievalStage(
             retriever,
             tracer,
@@ -151,6 +151,14 @@ class AnswerPipeline:
         self.metrics = metrics or ServiceMetrics()
         # Complete answers are cached only where decoding is greedy (the same every time).
         self.answer_cache = answer_cache if config.temperature == 0.0 else None
+
+    def swap_retriever(self, retriever: Retriever, answer_cache: AnswerCache | None) -> None:
+        """Answer from another index from the next request on; requests under way finish on
+        the one they started with. The answer cache changes with it (its fingerprint holds
+        the index)."""
+        self._retriever = retriever
+        self._retrieval.retriever = retriever
+        self.answer_cache = answer_cache if self._config.temperature == 0.0 else None
 
     def hard_deadline(self, deadline: Deadline) -> Deadline:
         """The point past which the first token is given up on: budget x timeout factor (at
@@ -266,13 +274,22 @@ class AnswerPipeline:
         if abstain:  # the service says it does not know; the model is not asked
             prepared.outcome = "abstained"
             return prepared
-        worker = self.router.choose([sp.passage.passage_id for sp in retrieved.passages])
-        try:
-            await self._generate(prepared, hard, retrieved, worker)
-        except BaseException:
-            self.router.release(worker)
-            raise
-        return prepared
+        ids = [sp.passage.passage_id for sp in retrieved.passages]
+        for attempt in range(2):  # a worker that is gone: once more, on another
+            worker = self.router.choose(ids)
+            try:
+                await self._generate(prepared, hard, retrieved, worker)
+                return prepared
+            except UpstreamUnavailableError:
+                self.router.release(worker)
+                self.router.mark_down(worker, _WORKER_DOWN_S)
+                if attempt == 1 or all(map(self.router.is_down, self._workers)):
+                    raise
+                logger.warning("sglang worker unreachable, trying another worker=%s", worker)
+            except BaseException:
+                self.router.release(worker)
+                raise
+        raise AssertionError("unreachable")
 
     async def _generate(
         self, prepared: PreparedAnswer, hard: Deadline, retrieved: Retrieved, worker: str
@@ -297,7 +314,15 @@ class AnswerPipeline:
             prefill_tokens = gate.prefilling_tokens(worker, slot) + option.uncached_tokens
             span = self._generate_span(prepared.deadline, prompt, worker, option)
             try:
-                stream = await self._open_stream(self._workers[worker], prompt, hard)
+                config = self._config
+                stream = await open_stream(
+                    self._workers[worker],
+                    prompt.text,
+                    SamplingParams(config.max_new_tokens, config.temperature),
+                    StreamTimeouts(
+                        hard, config.sglang_connect_timeout_s, config.next_token_timeout_s
+                    ),
+                )
             except BaseException as exc:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
@@ -397,26 +422,6 @@ class AnswerPipeline:
             slack=self._config.cache_slack,
             remember=False,
         )
-
-    async def _open_stream(
-        self, sglang: SGLangClient, prompt: Prompt, hard: Deadline
-    ) -> GenerationStream:
-        params = SamplingParams(
-            max_new_tokens=self._config.max_new_tokens, temperature=self._config.temperature
-        )
-        timeouts = StreamTimeouts(
-            first_token=hard,
-            connect_s=self._config.sglang_connect_timeout_s,
-            next_token_s=self._config.next_token_timeout_s,
-        )
-        try:
-            return await sglang.open_stream(prompt.text, params, timeouts)
-        except SGLangUnavailableError as exc:
-            raise UpstreamUnavailableError(str(exc), retry_after_s=5) from exc
-        except PromptTooLongError as exc:
-            raise InvalidRequestError(f"the prompt does not fit the model: {exc}") from exc
-        except SGLangRequestError as exc:
-            raise UpstreamError(str(exc)) from exc
 
     async def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:
         """`plan`, `sources`, then token deltas, then `done`; a failure mid-stream adds

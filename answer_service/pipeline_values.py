@@ -5,10 +5,23 @@ from __future__ import annotations
 
 from opentelemetry.trace import Span
 
+from answer_service.errors import InvalidRequestError, UpstreamError, UpstreamUnavailableError
 from answer_service.events import ErrorEvent, PlanRecord, Source
-from generation.errors import GenerationError, GenerationTimeoutError, SGLangUnavailableError
+from generation.errors import (
+    GenerationError,
+    GenerationTimeoutError,
+    PromptTooLongError,
+    SGLangRequestError,
+    SGLangUnavailableError,
+)
 from generation.prompt_layout import Prompt
-from generation.sglang_client import GenerationResult
+from generation.sglang_client import (
+    GenerationResult,
+    GenerationStream,
+    SamplingParams,
+    SGLangClient,
+    StreamTimeouts,
+)
 from retrieval.ann import SearchDepth
 from retrieval.passage import ScoredPassage
 
@@ -112,3 +125,17 @@ def error_event(exc: GenerationError) -> ErrorEvent:
     if isinstance(exc, SGLangUnavailableError):
         return ErrorEvent("generate", "generation_unavailable", str(exc))
     return ErrorEvent("generate", "generation_failed", str(exc))
+
+
+async def open_stream(
+    sglang: SGLangClient, prompt: str, params: SamplingParams, timeouts: StreamTimeouts
+) -> GenerationStream:
+    """SGLang's stream for a prompt, its failures as the service's errors."""
+    try:
+        return await sglang.open_stream(prompt, params, timeouts)
+    except SGLangUnavailableError as exc:
+        raise UpstreamUnavailableError(str(exc), retry_after_s=5) from exc
+    except PromptTooLongError as exc:
+        raise InvalidRequestError(f"the prompt does not fit the model: {exc}") from exc
+    except SGLangRequestError as exc:
+        raise UpstreamError(str(exc)) from exc

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from answer_service.admission import GenerationGate
 from answer_service.events import Cut, PlanRecord
@@ -69,6 +70,15 @@ class PlanningConfig:
     default_tier: str = "standard"
     tier_max_wait_ms: float = 2000.0
     quality: QualityCurve = DEFAULT_QUALITY
+    # SGLang workers the whole fleet shares, for the fleet's arrival rate per worker (None:
+    # this replica's workers).
+    fleet_workers: int | None = None
+
+
+class FleetRate(Protocol):
+    def mark(self) -> None: ...
+
+    def per_second(self) -> float | None: ...
 
 
 def query_tokens(query: str) -> int:
@@ -132,8 +142,12 @@ class PlanTracker:
 
 
 class RequestPlanning:
-    def __init__(self, config: PlanningConfig, workers: Sequence[str]) -> None:
+    def __init__(
+        self, config: PlanningConfig, workers: Sequence[str], fleet: FleetRate | None = None
+    ) -> None:
         self.config = config
+        # Every replica's arrivals (answer_service/fleet_rate.py), where replicas share Redis.
+        self.fleet = fleet
         self.models = StageModels()
         self.planner = Planner(
             self.models,
@@ -169,11 +183,14 @@ class RequestPlanning:
             max_passages=top_k,
             reranker=reranker,
             prefill_ahead_tokens=self.gate.pending_tokens(worker),
+            requests_ahead=self.gate.requests_ahead(worker),
             worker=worker,
             cached_share=cache.cached_share(worker),
-            arrival_rate_rps=self.arrivals.per_second() / self.workers,
+            arrival_rate_rps=self.arrival_rate_rps(),
         )
         self.arrivals.mark()  # after: the rate is that of the requests before this one
+        if self.fleet is not None:
+            self.fleet.mark()
         if self.config.enabled:
             plan = self.planner.plan(request)
         else:
@@ -183,6 +200,15 @@ class RequestPlanning:
         if not plan.likely:
             tracker.idle_floor_ms = self.planner.idle_floor_ms(request)
         return tracker
+
+    def arrival_rate_rps(self) -> float:
+        """Arrivals per second per worker: this replica's, or the fleet's where that is known
+        and higher (a replica alone underestimates what its workers are asked to do)."""
+        local = self.arrivals.per_second() / self.workers
+        fleet = self.fleet.per_second() if self.fleet is not None else None
+        if fleet is None:
+            return local
+        return max(local, fleet / (self.config.fleet_workers or self.workers))
 
     def retry_after_s(self) -> int:
         """When the least loaded worker should have worked off its queue."""

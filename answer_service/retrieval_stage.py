@@ -54,27 +54,33 @@ class RetrievalStage:
         tracker.knobs = knobs = dataclasses.replace(
             tracker.knobs, retrieve_k=max(tracker.knobs.retrieve_k, request.top_k)
         )
-        mode = self._mode()
+        # One index for the whole request, even if another is swapped in meanwhile.
+        retriever = self.retriever
+        mode = self._mode(retriever)
         # Embedding and search cannot be cut short and still give passages: they may run to
         # the end of the TTFT budget (at least the floor); what they overrun of their slice
         # comes out of the stages after them when those are re-planned.
         slice_ms = max(deadline.remaining_ms(), self._config.retrieval_floor_ms)
         retrieval_deadline = hard.slice_ms(slice_ms)
         try:
-            vector = await self._embed(request, retrieval_deadline) if mode != "lexical" else None
+            vector = (
+                await self._embed(retriever, request, retrieval_deadline)
+                if mode != "lexical"
+                else None
+            )
             with self._tracer.start_as_current_span(
                 "search",
                 attributes={
                     "retrieval.mode": mode,
                     "retrieval.k": knobs.retrieve_k,
-                    "retrieval.index.passages": len(self.retriever.index),
-                    "retrieval.index.type": self.retriever.index.manifest.index_type,
-                    "retrieval.index.device": self.retriever.index.device,
+                    "retrieval.index.passages": len(retriever.index),
+                    "retrieval.index.type": retriever.index.manifest.index_type,
+                    "retrieval.index.device": retriever.index.device,
                     **depth_attributes(self._config.search_depth),
                     "answer.stage.budget_ms": retrieval_deadline.remaining_ms(),
                 },
             ) as span:
-                found = await self.retriever.search(
+                found = await retriever.search(
                     request.query,
                     vector.value if vector else None,
                     knobs.retrieve_k,
@@ -87,7 +93,7 @@ class RetrievalStage:
             embed_ms = vector.elapsed_ms if vector else 0.0
             self.planning.observe("search", knobs.retrieve_k, found.elapsed_ms)
             tracker.spent(embed=embed_ms, search=found.elapsed_ms)
-            reranked = await self._rerank(request, found.value, deadline, hard, tracker)
+            reranked = await self._rerank(retriever, request, found.value, deadline, hard, tracker)
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
@@ -97,17 +103,19 @@ class RetrievalStage:
         degraded = () if reranked.degraded is None else (reranked.degraded,)
         return Retrieved(reranked.passages, timings, degraded)
 
-    def _mode(self) -> RetrievalMode:
+    def _mode(self, retriever: Retriever) -> RetrievalMode:
         """The configured mode where the index supports it, else dense."""
-        modes = self.retriever.modes()
+        modes = retriever.modes()
         return self._config.retrieval_mode if self._config.retrieval_mode in modes else "dense"
 
-    async def _embed(self, request: AnswerRequest, deadline: Deadline) -> Timed[Vectors]:
+    async def _embed(
+        self, retriever: Retriever, request: AnswerRequest, deadline: Deadline
+    ) -> Timed[Vectors]:
         with self._tracer.start_as_current_span(
             "embed",
             attributes={
                 "gen_ai.operation.name": "embeddings",
-                "gen_ai.request.model": self.retriever.embedder.name,
+                "gen_ai.request.model": retriever.embedder.name,
                 "answer.stage.budget_ms": deadline.remaining_ms(),
             },
         ) as span:
@@ -117,7 +125,7 @@ class RetrievalStage:
             if cached is not None:
                 vector = Timed(cached, (time.perf_counter() - started_s) * 1000.0)
             else:
-                vector = await self.retriever.embed_query(request.query, deadline)
+                vector = await retriever.embed_query(request.query, deadline)
                 if self.embeddings is not None:
                     self.embeddings.put(request.query, vector.value)
                 # The embed model learns what the embedder costs, not what a cache hit does.
@@ -132,13 +140,14 @@ class RetrievalStage:
 
     async def _rerank(
         self,
+        retriever: Retriever,
         request: AnswerRequest,
         candidates: list[ScoredPassage],
         deadline: Deadline,
         hard: Deadline,
         tracker: PlanTracker,
     ) -> Reranked:
-        reranker = self.retriever.reranker
+        reranker = retriever.reranker
         wanted = self._wanted(request, tracker)
         depth = tracker.knobs.rerank_depth
         if reranker is None or depth == 0:
@@ -160,7 +169,7 @@ class RetrievalStage:
                 "rerank.top_n": wanted,
             },
         ) as span:
-            reranked = await self.retriever.rerank(
+            reranked = await retriever.rerank(
                 request.query, candidates[:depth], wanted, hard.slice_ms(tracker.slice_ms("rerank"))
             )
             span.set_attribute("answer.stage.elapsed_ms", reranked.elapsed_ms)

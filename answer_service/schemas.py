@@ -275,3 +275,5 @@ class ReadyOut(BaseModel):
     reranker: str
     # `not configured`, `up`, or `down: <error>`; the service answers either way.
     redis: str = "not configured"
+    # SGLang workers that fail their health check while another still answers.
+    workers_down: list[str] = []

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     service_name: str = "answer-service"
     cache_dir: Path = Field(default_factory=default_cache_dir)
     index_dir: Path | None = None
+    # Seconds between checks of `index_dir` for a new index (a flipped symlink, a rewritten
+    # manifest), swapped in without dropping a request; 0: never (answer_service/index_watch.py).
+    index_watch_s: float = Field(default=0.0, ge=0.0)
 
     embedder_model: str = DEFAULT_EMBEDDER
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -132,6 +135,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     redis_prefix: str = Field(default="answer:", min_length=1)
     redis_timeout_s: float = Field(default=0.25, gt=0.0, le=10.0)
+    # With Redis the planner sees every replica's arrivals, per SGLang worker of the fleet:
+    # how many workers that is (default: the ones this replica knows).
+    fleet_workers: int | None = Field(default=None, ge=1)
     # Complete answers (greedy decoding only) and query embeddings are cached for this long,
     # in Redis and, while it is down, in a small in-process LRU; 0 turns a cache off.
     answer_cache_ttl_s: float = Field(default=600.0, ge=0.0)

@@ -162,6 +162,10 @@ class PlanInput:
     reranker: bool
     # Prompt tokens the chosen worker must prefill before this request's own (its queue).
     prefill_ahead_tokens: float = 0.0
+    # Requests the worker takes before this one's prefill starts, in units of its slots. Each
+    # costs the first-token model's fixed part (its intercept) on top of its tokens: a queue
+    # of short prompts is not one long prompt.
+    requests_ahead: float = 0.0
     worker: str = ""
     # The expected share of this request's prompt tokens SGLang will serve from its cache.
     cached_share: float = 0.0
@@ -233,8 +237,10 @@ class Planner:
         depths = config.rerank_depths if request.reranker else (0,)
         embed_ms = models.predict_ms("embed", request.query_tokens)
         passages_range = range(1, max(request.max_passages, 1) + 1)
+        queue_ms = self._queue_ms(request)
         generation_ms = [
             models.predict_ms("prompt", n)
+            + queue_ms
             + models.predict_ms(
                 "first_token",
                 request.prefill_ahead_tokens + self._uncached(request, n),
@@ -298,7 +304,8 @@ class Planner:
             search=models.predict_ms("search", retrieve_k),
             rerank=models.predict_ms("rerank", depth) if depth else 0.0,
             prompt=models.predict_ms("prompt", passages),
-            first_token=models.predict_ms(
+            first_token=self._queue_ms(request)
+            + models.predict_ms(
                 "first_token", request.prefill_ahead_tokens + uncached, request.worker
             ),
         )
@@ -316,7 +323,15 @@ class Planner:
     def idle_floor_ms(self, request: PlanInput) -> float:
         """The typical (median) time of the smallest plan with nothing queued ahead: a budget
         under it cannot be met however idle the service is."""
-        return self._median_ms(dataclasses.replace(request, prefill_ahead_tokens=0.0), 0, 1)
+        idle = dataclasses.replace(request, prefill_ahead_tokens=0.0, requests_ahead=0.0)
+        return self._median_ms(idle, 0, 1)
+
+    def _queue_ms(self, request: PlanInput) -> float:
+        """The fixed part of the first-token time of each request queued ahead."""
+        if request.requests_ahead <= 0:
+            return 0.0
+        fixed_ms = self.models.median_ms("first_token", 0.0, request.worker)
+        return request.requests_ahead * max(fixed_ms, 0.0)
 
     def _median_ms(self, request: PlanInput, depth: int, passages: int) -> float:
         models = self.models
@@ -328,6 +343,7 @@ class Planner:
             + (models.median_ms("rerank", depth) if depth else 0.0)
             + models.median_ms("prompt", passages)
             + models.median_ms("first_token", ahead, request.worker)
+            + self._queue_ms(request)
         )
 
     def passages_that_fit(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Collection, Sequence
 from typing import Literal
 
@@ -45,6 +46,8 @@ class PrefixRouter:
         self._in_flight = dict.fromkeys(workers, 0)
         self._turn = itertools.count()
         self._lock = threading.Lock()
+        # Workers that refused a connection, and until when (monotonic s) to avoid them.
+        self._down_until: dict[str, float] = {}
 
     def tree(self, worker: str) -> PrefixTree:
         return self._trees[worker]
@@ -52,17 +55,27 @@ class PrefixRouter:
     def in_flight(self, worker: str) -> int:
         return self._in_flight[worker]
 
+    def mark_down(self, worker: str, for_s: float) -> None:
+        """Route around `worker` for `for_s` seconds (it refused a connection)."""
+        with self._lock:
+            self._down_until[worker] = time.monotonic() + for_s
+
+    def is_down(self, worker: str) -> bool:
+        return self._down_until.get(worker, 0.0) > time.monotonic()
+
     def choose(self, passage_ids: Collection[str]) -> str:
-        """The worker for a prompt of these passages, counted in flight until `release`."""
+        """The worker for a prompt of these passages, counted in flight until `release`.
+        Workers marked down are passed over while another is up."""
         with self._lock:
             turn = next(self._turn)
-            if self.policy == "round_robin" or len(self.workers) == 1:
-                worker = self.workers[turn % len(self.workers)]
+            now = time.monotonic()
+            up = [w for w in self.workers if self._down_until.get(w, 0.0) <= now]
+            workers = up or list(self.workers)
+            if self.policy == "round_robin" or len(workers) == 1:
+                worker = workers[turn % len(workers)]
             else:
-                least = min(self._in_flight.values())
-                eligible = [
-                    w for w in self.workers if self._in_flight[w] <= least + self._max_imbalance
-                ]
+                least = min(self._in_flight[w] for w in workers)
+                eligible = [w for w in workers if self._in_flight[w] <= least + self._max_imbalance]
                 n = len(self.workers)
                 worker = max(
                     eligible,

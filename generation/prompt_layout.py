@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,10 +113,20 @@ class HFChatTemplate:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+_TAG = re.compile(r"<(/?\s*passage)", re.IGNORECASE)
+
+
+def quoted(text: str) -> str:
+    """`text` that cannot open or close a passage block: a passage (or a question) holding
+    `</passage>` and instructions after it stays data inside its own delimiters."""
+    return _TAG.sub(r"&lt;\1", text)
+
+
 def render_passage(passage: ContextPassage) -> str:
     """One passage block, rendered identically wherever it appears."""
-    title = passage.title.replace('"', "'")
-    return f'<passage number="{passage.number}" title="{title}">\n{passage.text}\n</passage>'
+    title = quoted(passage.title).replace('"', "'")
+    body = quoted(passage.text)
+    return f'<passage number="{passage.number}" title="{title}">\n{body}\n</passage>'
 
 
 _PASSAGES_HEADER = "Passages:\n\n"
@@ -123,7 +134,7 @@ _PASSAGES_HEADER = "Passages:\n\n"
 
 def _user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     blocks = "\n\n".join(render_passage(passage) for passage in passages)
-    return f"{_PASSAGES_HEADER}{blocks}\n\nQuestion: {question}"
+    return f"{_PASSAGES_HEADER}{blocks}\n\nQuestion: {quoted(question)}"
 
 
 def _laid_out(

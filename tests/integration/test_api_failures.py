@@ -38,7 +38,15 @@ def state(fake: tuple[str, FakeSGLangState]) -> FakeSGLangState:
 def url(service: ServiceFactory, fake: tuple[str, FakeSGLangState]) -> Iterator[str]:
     # A fixed configuration: these tests script generation failures under budgets (200 ms)
     # the planner would refuse outright; planning is tested in test_planner_service.py.
-    with service(sglang_url=fake[0], max_query_chars=500, max_top_k=10, planner=False) as base:
+    # A body limit above the schema's 100,000-character query, to reach the schema's check
+    # (the body limit itself: test_access.py).
+    with service(
+        sglang_url=fake[0],
+        max_query_chars=500,
+        max_top_k=10,
+        planner=False,
+        max_body_bytes=200_000,
+    ) as base:
         yield base
 
 

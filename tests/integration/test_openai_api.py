@@ -103,5 +103,6 @@ def test_bad_requests_are_clear_4xx(url: str, client: openai.OpenAI) -> None:
         f"{url}/v1/chat/completions",
         json={"messages": [{"role": "user", "content": QUESTION}], "ttft_budget_ms": 50},
     )
-    assert refused.status_code == 503
-    assert int(refused.headers["Retry-After"]) >= 1
+    # 50 ms is under what even an idle worker needs: the request's problem, not the load's.
+    assert refused.status_code == 422
+    assert "even an idle worker takes about" in refused.json()["error"]["message"]

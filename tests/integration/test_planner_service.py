@@ -139,13 +139,15 @@ def test_a_request_that_waited_for_its_slot_gets_fewer_passages(
     service: ServiceFactory, fake: tuple[str, FakeSGLangState]
 ) -> None:
     """One slot: B waits while A prefills. The first-token model has learned that the worker
-    answers in ~0.6 s whatever the prompt, so B is planned with all its passages; after its
-    wait the re-plan cuts them to what still fits, and says so."""
+    answers in ~0.6 s whatever the prompt, so B, with A ahead of it, is planned at ~1.2 s and
+    gets all its passages. But A now takes 1.5 s: after its longer wait B's re-plan cuts the
+    passages to what still fits, and says so."""
     url_sglang, state = fake
     state.token_delay_s = 0.6
     with service(sglang_url=url_sglang, max_new_tokens=2) as url:
         for _ in range(8):  # teach the first-token model
             post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000, "stream": False})
+        state.token_delay_s = 1.5  # slower than the model has learned
 
         async def both() -> tuple[list[str], dict[str, object]]:
             async with httpx.AsyncClient(timeout=30) as http:
@@ -155,7 +157,7 @@ def test_a_request_that_waited_for_its_slot_gets_fewer_passages(
                 await asyncio.sleep(0.2)
                 second = await http.post(
                     f"{url}/v1/answer",
-                    json={"query": "Where did Super Bowl 50 take place?", "ttft_budget_ms": 1000},
+                    json={"query": "Where did Super Bowl 50 take place?", "ttft_budget_ms": 2000},
                 )
                 await first
                 return [e.event for e in parse_sse(second.text)], parse_sse(second.text)[0].data

@@ -42,8 +42,12 @@ def test_repeated_passages_go_to_the_same_worker(
             assert done["expected_cached_tokens"] > 0.8 * done["prompt_tokens"]
         assert len(states[0].requests) + len(states[1].requests) == 9
 
-        # One worker down: readiness says which.
+        # One worker down: readiness says which, and stays ready (the other answers).
         states[1].healthy = False
+        ready = httpx.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 200
+        assert ready.json()["workers_down"] == [w1]
+        states[0].healthy = False  # none left: not ready
         ready = httpx.get(f"{url}/readyz", timeout=10)
         assert ready.status_code == 503
         assert any(w1 in reason for reason in ready.json()["reasons"])

@@ -94,6 +94,17 @@ def test_the_idle_floor_is_the_smallest_plan_with_nothing_queued() -> None:
     assert not busy.likely  # the queue, not the budget, is what it cannot make
 
 
+def test_each_request_queued_ahead_costs_the_fixed_part_too() -> None:
+    # Three short prompts ahead are three intercepts (100 ms each) plus their tokens, not one.
+    base = dataclasses.replace(request(60_000, ahead=400), max_passages=1)
+    queued = dataclasses.replace(base, requests_ahead=3.0)
+    one = planner().evaluate(base, 0, 1).predicted_ms.first_token
+    three = planner().evaluate(queued, 0, 1).predicted_ms.first_token
+    assert three - one == pytest.approx(300)
+    assert planner().plan(queued).predicted_ms.first_token == pytest.approx(three)
+    assert planner().idle_floor_ms(queued) == planner().idle_floor_ms(base)
+
+
 def test_a_queue_on_the_worker_shrinks_the_plan() -> None:
     idle = planner().plan(request(2_000))
     busy = planner().plan(request(2_000, ahead=400))  # 800 ms of someone else's prefill

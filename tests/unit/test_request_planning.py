@@ -64,3 +64,30 @@ def test_slices_share_out_the_spare_time_and_cuts_change_the_knobs() -> None:
     assert record.cuts[0].done == 1
     assert record.quality == pytest.approx(0.723)
     assert record.tier == "premium"
+
+
+class _Fleet:
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate
+        self.marks = 0
+
+    def mark(self) -> None:
+        self.marks += 1
+
+    def per_second(self) -> float | None:
+        return self.rate
+
+
+def test_the_fleets_arrival_rate_per_worker_shrinks_the_plan() -> None:
+    alone = planning()
+    busy_fleet = _Fleet(rate=6.0)  # the other replicas send 6 requests/s to 2 workers
+    shared = RequestPlanning(PlanningConfig(fleet_workers=2), [W], busy_fleet)
+    assert shared.arrival_rate_rps() == 3.0
+    cache = CacheEstimator()
+    mine = alone.start("q", 5, 10_000, 10_000, "standard", False, cache)
+    theirs = shared.start("q", 5, 10_000, 10_000, "standard", False, cache)
+    assert busy_fleet.marks == 1  # this arrival counts for the fleet too
+    # The prefill-utilisation cap: 3 requests/s per worker leaves room for short prefills only.
+    assert theirs.knobs.passages < mine.knobs.passages
+    busy_fleet.rate = None  # Redis down or stale: this replica's own rate
+    assert shared.arrival_rate_rps() == shared.arrivals.per_second()  # one worker here

@@ -1,0 +1,211 @@
+"""Faults against the real components: an index swapped while serving, Redis down and back, and
+a graceful shutdown with answers open. (SGLang killed mid-stream: test_answer_stream.py; SGLang
+stalling, dying, refusing and the client going away: test_api_failures.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.indexer import build_index
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import free_port, parse_sse, post_answer, serve_in_thread, wait_ready
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"
+
+
+@pytest.fixture
+def fake(chatml_tokenizer_dir: Path) -> Iterator[tuple[str, FakeSGLangState]]:
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with serve_in_thread(create_fake_sglang(state)) as url:
+        yield url, state
+
+
+def _ask(url: str, query: str = QUESTION) -> httpx.Response:
+    return post_answer(url, {"query": query, "ttft_budget_ms": 10_000, "top_k": 3, "stream": False})
+
+
+def test_an_index_swapped_while_serving_drops_no_request(
+    service: ServiceFactory,
+    fake: tuple[str, FakeSGLangState],
+    squad_index: Path,
+    tmp_path: Path,
+) -> None:
+    other = tmp_path / "scifact.jsonl"
+    with SCIFACT.open() as source:
+        other.write_text("".join(itertools.islice(source, 30)))
+    other_index = tmp_path / "scifact-index"
+    build_index(other, other_index, SentenceTransformerEmbedder(EmbedderConfig()), progress=False)
+    current = tmp_path / "current"
+    current.symlink_to(squad_index)
+
+    results: list[httpx.Response] = []
+    stop = threading.Event()
+
+    def ask_all_along(url: str) -> None:
+        while not stop.is_set():
+            results.append(_ask(url))
+
+    with service(sglang_url=fake[0], index_dir=current, index_watch_s=0.1, abstain_below=0) as url:
+        before = httpx.get(f"{url}/readyz", timeout=10).json()["index_passages"]
+        client = threading.Thread(target=ask_all_along, args=(url,))
+        client.start()
+        try:
+            while len(results) < 3:
+                time.sleep(0.05)
+            flipped = tmp_path / "next"
+            flipped.symlink_to(other_index)
+            os.replace(flipped, current)  # atomic, as a deployment would
+            deadline = time.monotonic() + 30
+            while httpx.get(f"{url}/readyz", timeout=10).json()["index_passages"] == before:
+                assert time.monotonic() < deadline, "the new index was never swapped in"
+                time.sleep(0.1)
+            swapped_at = len(results)
+            while len(results) < swapped_at + 3:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            client.join()
+    assert [r.status_code for r in results] == [200] * len(results)
+    assert all(r.json()["done"]["outcome"] == "ok" for r in results)
+    scifact_ids = {json.loads(line)["_id"] for line in other.read_text().splitlines()}
+    assert results[0].json()["sources"][0]["doc_id"] == "Super_Bowl_50-0"
+    assert {s["doc_id"] for s in results[-1].json()["sources"]} <= scifact_ids
+
+
+def test_redis_down_and_back(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState], tmp_path: Path
+) -> None:
+    port = free_port()
+    command = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=tmp_path)
+        for _ in range(100):
+            if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
+                return process
+            time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    redis = start_redis()
+    settings: dict[str, Any] = {
+        "sglang_url": fake[0],
+        "redis_url": f"redis://127.0.0.1:{port}/0",
+        "redis_prefix": f"test-{uuid.uuid4().hex[:8]}:",
+    }
+    try:
+        with service(**settings) as url:
+
+            def state() -> tuple[str, str]:
+                ready = httpx.get(f"{url}/readyz", timeout=10).json()["redis"]
+                snapshot = httpx.get(f"{url}/dashboard/snapshot", timeout=10).json()
+                return ready, snapshot["source"]
+
+            assert _ask(url).status_code == 200
+            assert state() == ("up", "redis")
+            redis.kill()
+            redis.wait()
+            started = time.perf_counter()
+            assert _ask(url).status_code == 200  # answered without Redis
+            assert time.perf_counter() - started < 5
+            ready, source = state()
+            assert ready.startswith("down: ")
+            assert source == "memory"
+            redis = start_redis()
+            time.sleep(1.1)  # the link tries again after a second
+            assert _ask(url).status_code == 200
+            assert state() == ("up", "redis")
+    finally:
+        redis.kill()
+        redis.wait()
+
+
+def test_a_graceful_shutdown_finishes_the_answers_under_way(
+    fake: tuple[str, FakeSGLangState], squad_index: Path, tmp_path: Path
+) -> None:
+    sglang, state = fake
+    state.token_delay_s = 0.4  # five tokens: two seconds of answer
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSWER_")}
+    env.update(ANSWER_RERANKER_MODEL="", ANSWER_ANSWER_CACHE_TTL_S="0")
+    script = Path(sys.executable).with_name("answer-service")
+    command = [str(script), "serve", "--index", str(squad_index), "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--sglang-url", sglang],
+        env=env,
+        stdout=(tmp_path / "service.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):  # until it listens (loading the embedder takes seconds)
+            with contextlib.suppress(httpx.ConnectError):
+                wait_ready(url)
+                break
+            assert process.poll() is None, (tmp_path / "service.log").read_text()
+            time.sleep(0.1)
+        body = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 2}
+        with httpx.stream("POST", f"{url}/v1/answer", json=body, timeout=30) as response:
+            lines = response.iter_lines()
+            seen: list[str] = []
+            for line in lines:
+                seen.append(line)
+                if line == "event: token":
+                    process.send_signal(signal.SIGTERM)  # mid-answer
+                    break
+            seen += list(lines)
+        events = parse_sse("\n".join(seen) + "\n")
+        assert events[-1].event == "done"
+        assert events[-1].data["outcome"] == "ok"
+        assert [e.event for e in events].count("token") == 5
+        # uvicorn drains, shuts the app down, then re-raises the signal it caught.
+        assert process.wait(timeout=20) in (0, -signal.SIGTERM)
+        log = (tmp_path / "service.log").read_text()
+        assert "Finished server process" in log
+        assert "Traceback" not in log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_worker_lost_is_routed_around(
+    service: ServiceFactory, chatml_tokenizer_dir: Path
+) -> None:
+    """Two SGLang workers the service routes over itself; one goes away (its port closed). A
+    request sent to it is sent again to the other, before any event: none fails."""
+    alive = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    doomed = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(serve_in_thread(create_fake_sglang(alive)))
+        lost = contextlib.ExitStack()
+        second = lost.enter_context(serve_in_thread(create_fake_sglang(doomed)))
+        with service(sglang_workers=[first, second], sglang_routing="round_robin") as url:
+            assert [_ask(url).status_code for _ in range(2)] == [200, 200]
+            assert (len(alive.requests), len(doomed.requests)) == (1, 1)
+            lost.close()  # the second worker is gone
+            answers = [_ask(url) for _ in range(4)]
+            ready = httpx.get(f"{url}/readyz", timeout=10)
+    assert [r.status_code for r in answers] == [200] * 4
+    assert all(r.json()["done"]["outcome"] == "ok" for r in answers)
+    assert len(alive.requests) == 5
+    assert ready.status_code == 200  # one worker of two is enough to answer
