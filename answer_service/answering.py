@@ -59,14 +59,20 @@ def request_tier(http_request: Request, settings: Settings, asked: str | None) -
     return tier
 
 
-def answer_request(body: AnswerBody, settings: Settings, tier: str) -> AnswerRequest:
-    query = body.query.strip()
+def checked_query(raw: str, settings: Settings) -> str:
+    """The query stripped, refused when blank or over `max_query_chars`."""
+    query = raw.strip()
     if not query:
         raise InvalidRequestError("`query` must contain non-whitespace text")
     if len(query) > settings.max_query_chars:
         raise InvalidRequestError(
             f"`query` is {len(query)} characters; the limit is {settings.max_query_chars}"
         )
+    return query
+
+
+def answer_request(body: AnswerBody, settings: Settings, tier: str) -> AnswerRequest:
+    query = checked_query(body.query, settings)
     budget_ms = body.ttft_budget_ms or settings.default_ttft_budget_ms
     if budget_ms > settings.max_ttft_budget_ms:
         raise InvalidRequestError(

@@ -25,6 +25,7 @@ from answer_service.answering import (
     Collected,
     ComponentsDep,
     answer_request,
+    checked_query,
     collect_while_connected,
     request_tier,
     start_answer,
@@ -85,7 +86,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}})
 async def readyz(components: ComponentsDep) -> JSONResponse:
-    reasons = await components.not_ready_reasons()
+    down = await components.workers_down()
+    reasons = await components.not_ready_reasons(down)
     retriever = components.retriever
     body = ReadyOut(
         ready=not reasons,
@@ -95,7 +97,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
         model=components.served_model,
         reranker=components.reranker_status,
         redis=await components.redis_status(),
-        workers_down=await components.workers_down() if len(components.workers) > 1 else [],
+        workers_down=down if len(components.workers) > 1 else [],
     )
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 
@@ -188,13 +190,7 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
     """The retrieval stage alone: ranked passages for a query, in one mode."""
     retriever = _retriever(components)
     settings = components.settings
-    query = body.query.strip()
-    if not query:
-        raise InvalidRequestError("`query` must contain non-whitespace text")
-    if len(query) > settings.max_query_chars:
-        raise InvalidRequestError(
-            f"`query` is {len(query)} characters; the limit is {settings.max_query_chars}"
-        )
+    query = checked_query(body.query, settings)
     if body.top_k > settings.max_retrieve_k:
         raise InvalidRequestError(
             f"`top_k` is {body.top_k}; the limit is {settings.max_retrieve_k}"

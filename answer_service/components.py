@@ -244,13 +244,15 @@ class Components:
                 logger.info("waiting for sglang url=%s error=%s", self.sglang.base_url, exc)
                 await asyncio.sleep(_SGLANG_RETRY_S)
 
-    async def not_ready_reasons(self) -> list[str]:
+    async def not_ready_reasons(self, down: list[str] | None = None) -> list[str]:
+        """What keeps the service from answering; `down`: the workers known to be down
+        (else checked now)."""
         reasons = []
         if self.warm_up_error is not None:
             reasons.append(f"warm-up failed: {self.warm_up_error}")
         elif self.pipeline is None:
             reasons.append("warming up (embedder, index, chat template)")
-        down = await self.workers_down()
+        down = await self.workers_down() if down is None else down
         if len(down) == len(self.workers):  # one of several down: the others answer, and
             # /readyz should not take this replica out of its balancer for it
             reasons += [f"SGLang at {url} is not healthy" for url in down]

@@ -223,9 +223,9 @@ class AnswerPipeline:
                     request, deadline, hit.sources, root, StageTimings(), tracker, planning,
                     cached=hit, metrics=self.metrics,
                 )  # fmt: skip
-        # Refused (or sources only) when even the smallest plan's typical time misses the
-        # budget; one that only misses it with the safety margins is tried.
-        sources_only = tracker.planner and not tracker.plan.likely
+        # Refused (or sources only) when admission says no plan makes the budget
+        # (RequestPlanning.start).
+        sources_only = tracker.planner and not tracker.admitted
         if sources_only and not request.allow_sources_only:
             if tracker.idle_floor_ms > request.ttft_budget_ms:  # no load would make it fit
                 raise InvalidRequestError(

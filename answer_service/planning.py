@@ -102,6 +102,8 @@ class PlanTracker:
     # When no plan is likely to make the budget: the smallest plan's median time on an idle
     # worker (a budget under it is the request's problem, not the load's).
     idle_floor_ms: float = 0.0
+    # Whether admission lets it in (set by `RequestPlanning.start`).
+    admitted: bool = True
 
     def __post_init__(self) -> None:
         self.knobs = self.plan.knobs
@@ -197,7 +199,11 @@ class RequestPlanning:
             depth = self.config.fixed_rerank_depth if reranker else 0
             plan = self.planner.evaluate(request, depth, top_k)
         tracker = PlanTracker(plan, self.config.enabled, tier, budget_ms)
-        if not plan.likely:
+        # Admission: with nothing queued, a plan whose typical time makes the budget is tried
+        # (refusing on the p90 refused too many at low load); behind a queue, whose own time
+        # is less certain, only one that makes it with its margins.
+        tracker.admitted = plan.fits or (plan.likely and request.requests_ahead == 0)
+        if not tracker.admitted:
             tracker.idle_floor_ms = self.planner.idle_floor_ms(request)
         return tracker
 

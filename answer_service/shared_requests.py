@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 
 from answer_service.redis_link import RedisLink
 from answer_service.request_log import RequestSummary
@@ -26,6 +27,9 @@ class SharedRequests:
         self.max_in_flight = max_in_flight
         self.dropped = 0
         self._in_flight: set[asyncio.Task[None]] = set()
+        # What this replica has read of the stream so far, and the last id read.
+        self._mirror: deque[RequestSummary] = deque(maxlen=maxlen)
+        self._last_id: bytes | None = None
 
     def publish(self, summary: RequestSummary) -> None:
         try:
@@ -51,20 +55,24 @@ class SharedRequests:
 
     async def since(self, at: float) -> list[RequestSummary] | None:
         """Every replica's summaries that ended at or after `at`, oldest first; None when
-        Redis cannot be read."""
+        Redis cannot be read. Reads only what was added since the last call (a dashboard
+        refreshes every second; the window holds minutes)."""
+        start = f"({self._last_id.decode()}" if self._last_id else f"{int(at * 1000)}-0"
         entries = await self.link.call(
             "xrange",
-            lambda: self.link.client.xrange(self.stream, min=f"{int(at * 1000)}-0", max="+"),
+            lambda: self.link.client.xrange(self.stream, min=start, max="+", count=self.maxlen),
         )
         if entries is None:
             return None
-        summaries: list[RequestSummary] = []
-        for _, fields in entries:
+        for entry_id, fields in entries:
+            self._last_id = entry_id
             try:
-                summaries.append(RequestSummary.from_json(json.loads(fields[b"s"])))
+                self._mirror.append(RequestSummary.from_json(json.loads(fields[b"s"])))
             except (KeyError, TypeError, ValueError) as exc:
                 logger.warning("skipping a malformed request summary error=%s", exc)
-        return [s for s in summaries if s.at >= at]
+        while self._mirror and self._mirror[0].at < at:
+            self._mirror.popleft()
+        return [s for s in self._mirror if s.at >= at]
 
     async def drain(self) -> None:
         """Wait for the writes in flight (shutdown, tests)."""

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--goodput-rps", type=float, required=True, help="measured goodput")
     parser.add_argument("--overload-factor", type=float, default=3.0)
     parser.add_argument("--overload-s", type=float, default=180.0)
-    parser.add_argument("--soak-s", type=float, default=600.0)
+    parser.add_argument("--soak-s", type=float, default=600.0, help="0: overload only")
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--slo-ms", type=float, default=3000.0)
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -176,14 +176,22 @@ def main(argv: list[str] | None = None) -> int:
         overload_rate = args.goodput_rps * args.overload_factor
         overload = _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
         with Sampler(pid, args.sample_s) as sampler:
-            soak = _load(url, args, args.goodput_rps, args.soak_s, scratch / "soak.json")
+            soak = (
+                _load(url, args, args.goodput_rps, args.soak_s, scratch / "soak.json")
+                if args.soak_s > 0
+                else {"requests": []}
+            )
     finally:
         service.stop()
-    soak_stats: dict[str, Any] = {
-        "rate_rps": args.goodput_rps,
-        **overload_summary(soak["requests"], args.slo_ms),
-        **soak_summary(sampler.samples),
-    }
+    soak_stats: dict[str, Any] = (
+        {
+            "rate_rps": args.goodput_rps,
+            **overload_summary(soak["requests"], args.slo_ms),
+            **soak_summary(sampler.samples),
+        }
+        if args.soak_s > 0
+        else {}
+    )
     trace = [[round(t - sampler.samples[0][0], 1), round(m, 1), f] for t, m, f in sampler.samples]
     summary: dict[str, Any] = {
         "command": "overload-soak",

@@ -86,10 +86,16 @@ def test_replicas_share_their_requests_through_redis(service: ServiceFactory, sg
     with service(**settings) as first, service(**settings) as second:
         done = _answer(first)
         seen_by_second = _snapshot(second)
+        later = _answer(first)
+        seen_again = _snapshot(second)  # read on from where the last read stopped
         ready = httpx.get(f"{second}/readyz", timeout=10).json()
     assert ready["redis"] == "up"
     assert seen_by_second["source"] == "redis"
     assert [r["trace_id"] for r in seen_by_second["requests"]] == [done["trace_id"]]
+    assert [r["trace_id"] for r in seen_again["requests"]] == [
+        later["trace_id"],
+        done["trace_id"],
+    ]
 
 
 def test_redis_down_falls_back_to_memory_and_readiness_says_so(
