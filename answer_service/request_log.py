@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from answer_service.events import AnswerStats, PlanRecord
+from answer_service.events import AnswerStats, Cut, PlanRecord
 from budget.planner import STAGES, Knobs
 
 
@@ -26,14 +26,6 @@ class StageSpend:
     stage: str
     planned_ms: float
     actual_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class CutSummary:
-    stage: str
-    reason: str
-    planned: int
-    done: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +50,7 @@ class RequestSummary:
     initial: Knobs | None
     stages: tuple[StageSpend, ...]
     queue_wait_ms: float
-    cuts: tuple[CutSummary, ...]
+    cuts: tuple[Cut, ...]
     degraded: tuple[str, ...]
 
     @property
@@ -91,7 +83,7 @@ class RequestSummary:
                 for stage in STAGES
             ),
             queue_wait_ms=plan.queue_wait_ms,
-            cuts=tuple(CutSummary(c.stage, c.reason, c.planned, c.done) for c in plan.cuts),
+            cuts=plan.cuts,
             degraded=stats.degraded,
         )
 
@@ -152,7 +144,7 @@ class RequestSummary:
             initial=knobs(data["initial"]),
             stages=tuple(StageSpend(**s) for s in data["stages"]),
             queue_wait_ms=float(data["queue_wait_ms"]),
-            cuts=tuple(CutSummary(**c) for c in data["cuts"]),
+            cuts=tuple(Cut(**c) for c in data["cuts"]),
             degraded=tuple(str(d) for d in data["degraded"]),
         )
 
