@@ -5,6 +5,7 @@
     ├── NotReadyError            503: warm-up has not finished (index, models, chat template)
     ├── OverloadedError          503: no plan can make the budget now (with Retry-After)
     ├── UpstreamUnavailableError 503: SGLang cannot be reached
+    │   └── RoutedWorkerLostError    the router could not reach its worker (asked again once)
     ├── StageTimeoutError        504: a stage overran its deadline before the stream began
     └── UpstreamError            502: SGLang refused or failed the request
 
@@ -42,6 +43,10 @@ class OverloadedError(ServiceError):
 class UpstreamUnavailableError(ServiceError):
     status_code = 503
     code = "generation_unavailable"
+
+
+class RoutedWorkerLostError(UpstreamUnavailableError):
+    """sglang-router lost the worker it chose; it passes that worker over from then on."""
 
 
 class StageTimeoutError(ServiceError):

@@ -35,6 +35,7 @@ from answer_service.caches import AnswerCache, EmbeddingCache
 from answer_service.errors import (
     InvalidRequestError,
     OverloadedError,
+    RoutedWorkerLostError,
     ServiceError,
     StageTimeoutError,
     UpstreamUnavailableError,
@@ -280,6 +281,11 @@ class AnswerPipeline:
             try:
                 await self._generate(prepared, hard, retrieved, worker)
                 return prepared
+            except RoutedWorkerLostError:  # the router passes its lost worker over from now
+                self.router.release(worker)
+                if attempt == 1:
+                    raise
+                logger.warning("the router lost a worker, asking it again url=%s", worker)
             except UpstreamUnavailableError:
                 self.router.release(worker)
                 self.router.mark_down(worker, _WORKER_DOWN_S)

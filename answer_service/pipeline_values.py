@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from opentelemetry.trace import Span
 
-from answer_service.errors import InvalidRequestError, UpstreamError, UpstreamUnavailableError
+from answer_service.errors import (
+    InvalidRequestError,
+    RoutedWorkerLostError,
+    UpstreamError,
+    UpstreamUnavailableError,
+)
 from answer_service.events import ErrorEvent, PlanRecord, Source
 from generation.errors import (
     GenerationError,
@@ -13,6 +18,7 @@ from generation.errors import (
     PromptTooLongError,
     SGLangRequestError,
     SGLangUnavailableError,
+    WorkerLostError,
 )
 from generation.prompt_layout import Prompt
 from generation.sglang_client import (
@@ -133,6 +139,8 @@ async def open_stream(
     """SGLang's stream for a prompt, its failures as the service's errors."""
     try:
         return await sglang.open_stream(prompt, params, timeouts)
+    except WorkerLostError as exc:
+        raise RoutedWorkerLostError(str(exc), retry_after_s=1) from exc
     except SGLangUnavailableError as exc:
         raise UpstreamUnavailableError(str(exc), retry_after_s=5) from exc
     except PromptTooLongError as exc:

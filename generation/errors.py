@@ -21,6 +21,11 @@ class SGLangUnavailableError(GenerationError):
     pass
 
 
+class WorkerLostError(SGLangUnavailableError):
+    """sglang-router could not reach the worker it chose for this request. The router passes
+    that worker over from then on, so the same request sent again reaches another."""
+
+
 class SGLangRequestError(GenerationError):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)

@@ -26,6 +26,7 @@ from generation.errors import (
     PromptTooLongError,
     SGLangRequestError,
     SGLangUnavailableError,
+    WorkerLostError,
 )
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,19 @@ class _Chunk(BaseModel):
     text: str = ""
     meta_info: _MetaInfo = _MetaInfo()
     error: dict[str, Any] | None = None
+
+
+# What sglang-router (0.3.2) answers when the worker it chose refuses the connection or drops
+# it before answering (tests/integration/test_sglang_router.py kills a worker to see it).
+_ROUTER_UPSTREAM_ERROR = "call_upstream_request_error"
+
+
+def _router_lost_its_worker(status_code: int, body: bytes) -> bool:
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return status_code >= 500 and code == _ROUTER_UPSTREAM_ERROR
 
 
 def _error_from_body(status_code: int, body: bytes) -> SGLangRequestError:
@@ -242,6 +256,8 @@ class SGLangClient:
         if response.status_code != 200:
             content = await response.aread()
             await response.aclose()
+            if _router_lost_its_worker(response.status_code, content):
+                raise WorkerLostError(f"the router at {self.base_url} lost a worker: {content!r}")
             raise _error_from_body(response.status_code, content)
         return GenerationStream(rid, self, response, timeouts, sent_at_s)
 

@@ -41,6 +41,12 @@ Which worker served a request
     balance_abs_threshold`` and ``max > min * balance_rel_threshold``; then the least-loaded
     worker gets the request whatever the cache. Upstream's threshold of 64 requests suits GPU
     workers; a CPU worker runs a few at once, so the default here spreads load sooner.
+A worker lost
+    The router retries a request whose worker cannot be reached up to ``--retry-max-retries``
+    times on that same worker (the policy chooses again and chooses it), then answers 500
+    ``{"error": {"code": "call_upstream_request_error"}}`` (`SGLangClient` raises
+    `WorkerLostError` for it). Those failures open the worker's circuit breaker, so the next
+    request goes to another worker; failed health checks then drop it from ``/readiness``.
 Start and stop
     Workers are registered in the background after start (``/readiness`` tells when), and a
     worker that is not up yet is retried every ``--worker-startup-check-interval`` (default
@@ -88,6 +94,19 @@ class SGLangRouterConfig:
     balance_rel_threshold: float = 1.5
     eviction_interval_s: int = 60
     max_tree_size: int = 1 << 26
+    # A worker that dies: upstream checks health every 60 s and marks a worker down after 3
+    # failures, so a dead CPU worker would be tried for minutes. Here it is passed over once
+    # two checks 2 s apart fail, or once 3 attempts to reach it fail (its circuit opens for
+    # `cb_timeout_s`). The router's retries go to the same worker, so the request that met
+    # the dead worker still fails (500 `call_upstream_request_error`, after ~50 ms of
+    # backoff); the service asks the router once more (answer_service/pipeline.py).
+    health_check_interval_s: int = 2
+    health_check_timeout_s: int = 2
+    health_failure_threshold: int = 2
+    cb_failure_threshold: int = 3
+    cb_timeout_s: int = 10
+    retry_max_retries: int = 3
+    retry_initial_backoff_ms: int = 20
     extra_args: tuple[str, ...] = ()
 
 
@@ -147,6 +166,20 @@ class SGLangRouter:
             "1",
             "--shutdown-grace-period-secs",
             str(cfg.shutdown_grace_s),
+            "--health-check-interval-secs",
+            str(cfg.health_check_interval_s),
+            "--health-check-timeout-secs",
+            str(cfg.health_check_timeout_s),
+            "--health-failure-threshold",
+            str(cfg.health_failure_threshold),
+            "--cb-failure-threshold",
+            str(cfg.cb_failure_threshold),
+            "--cb-timeout-duration-secs",
+            str(cfg.cb_timeout_s),
+            "--retry-max-retries",
+            str(cfg.retry_max_retries),
+            "--retry-initial-backoff-ms",
+            str(cfg.retry_initial_backoff_ms),
         ]
         if cfg.policy == "cache_aware":
             argv += [

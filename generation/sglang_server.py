@@ -178,6 +178,11 @@ class SGLangServer:
         if device == "cpu":
             env["SGLANG_USE_CPU_ENGINE"] = "1"
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            # /health answers without running a 1-token generation: sglang-router checks its
+            # workers' /health every few seconds, and on two cores each check would take
+            # prefill time and be counted in the worker's token metrics as traffic.
+            # /health_generate still generates (`_serves` uses it).
+            env.setdefault("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "0")
             if self._config.cpu_threads is not None:
                 env["OMP_NUM_THREADS"] = str(self._config.cpu_threads)
             parts = [str(COMPAT_DIR), *filter(None, [base.get("PYTHONPATH", "")])]

@@ -16,7 +16,15 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-Mode = Literal["ok", "error_chunk", "drop", "stall", "reject", "slow"]
+Mode = Literal[
+    "ok", "error_chunk", "drop", "stall", "reject", "slow", "router_lost", "router_lost_once"
+]
+# What sglang-router 0.3.2 answers when the worker it chose is gone (test_sglang_router.py).
+ROUTER_LOST_WORKER = {
+    "type": "Internal Server Error",
+    "code": "call_upstream_request_error",
+    "message": "error sending request for url (http://127.0.0.1:30001/generate)",
+}
 
 
 @dataclass
@@ -81,6 +89,10 @@ def create_fake_sglang(state: FakeSGLangState) -> FastAPI:
     async def generate(request: Request) -> Any:
         body = await request.json()
         state.requests.append(body)
+        if state.mode in ("router_lost", "router_lost_once"):
+            if state.mode == "router_lost_once":
+                state.mode = "ok"
+            return JSONResponse({"error": ROUTER_LOST_WORKER}, status_code=500)
         if state.mode == "reject":
             message = "The input (9000 tokens) is longer than the model's context length (8192)."
             return JSONResponse({"error": {"message": message}}, status_code=400)

@@ -209,3 +209,34 @@ def test_a_worker_lost_is_routed_around(
     assert all(r.json()["done"]["outcome"] == "ok" for r in answers)
     assert len(alive.requests) == 5
     assert ready.status_code == 200  # one worker of two is enough to answer
+
+
+def test_a_worker_lost_behind_a_router_is_asked_for_again(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    """One URL, a router's: when the worker it chose is gone it answers 500
+    `call_upstream_request_error` and passes that worker over from then on
+    (test_sglang_router.py kills a real one). The service asks the router once more, before
+    any event, so the answer does not fail."""
+    sglang_url, state = fake
+    state.mode = "router_lost_once"
+    with service(sglang_url=sglang_url, abstain_below=0) as url:
+        answer = _ask(url)
+
+    assert answer.status_code == 200
+    assert answer.json()["done"]["outcome"] == "ok"
+    assert len(state.requests) == 2
+
+
+def test_a_router_losing_worker_after_worker_is_asked_once_more_only(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    sglang_url, state = fake
+    state.mode = "router_lost"
+    with service(sglang_url=sglang_url, abstain_below=0) as url:
+        answer = _ask(url)
+
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "1"
+    assert "lost a worker" in answer.json()["error"]["message"]
+    assert len(state.requests) == 2

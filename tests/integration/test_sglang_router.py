@@ -4,12 +4,15 @@ Which worker served a request is read from the workers' own counters
 (`sglang:prompt_tokens_total` on each `/metrics`; requests are sent one at a time), since the
 router's response does not say. The fleet (two workers and a cache_aware router) is started
 once for the module; a round_robin router over the same workers is started for the contrast.
+The last test kills a worker, so it stays last.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +27,8 @@ from generation.sglang_client import SGLangClient
 from generation.sglang_fleet import SGLangFleet, SGLangFleetConfig
 from generation.sglang_router import SGLangRouter, SGLangRouterConfig
 from generation.sglang_server import SGLangServerConfig, write_tiny_model
-from tests.support import free_port
+from tests.integration.conftest import ServiceFactory
+from tests.support import free_port, post_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
@@ -319,3 +323,65 @@ def test_closing_a_routed_stream_stops_the_worker(fleet: SGLangFleet) -> None:
         requests, tokens = _finished(fleet.worker_urls)
     assert requests == requests_before + 1, "the worker did not finish the request early"
     assert tokens - tokens_before < max_new_tokens
+
+
+def _served_by(workers: tuple[str, ...], before: list[float]) -> int:
+    moved = [
+        i for i, (b, a) in enumerate(zip(before, _prompt_tokens(workers), strict=True)) if a > b
+    ]
+    assert len(moved) == 1, f"prompt tokens moved on workers {moved}"
+    return moved[0]
+
+
+def test_a_worker_lost_behind_the_router_is_passed_over(
+    fleet: SGLangFleet, service: ServiceFactory
+) -> None:
+    """Last in the module: it kills a worker. sglang-router retries the first request it sends
+    to the dead worker on that same worker, answers 500 `call_upstream_request_error` when its
+    retries are spent, and by then the worker's circuit is open: it is passed over from then
+    on. The service, whose only SGLang URL is the router's, asks it once more and
+    answers; later requests go to the worker left; the router stops counting the dead one
+    within seconds."""
+    _flush(fleet.url)
+    workers = fleet.worker_urls
+    body = {"query": "Why is alpha first?", "ttft_budget_ms": 30_000, "stream": False}
+    with service(sglang_url=fleet.url, abstain_below=0) as url:  # every answer asks SGLang
+        before = _prompt_tokens(workers)
+        first = post_answer(url, body)
+        lost = _served_by(workers, before)
+        kept_url = workers[1 - lost]
+        os.killpg(int(fleet.workers[lost].pid_path.read_text()), signal.SIGKILL)
+        killed_s = time.monotonic()
+        # The same prompt: the router's cache sends it to the dead worker.
+        kept_before = _counter_of(kept_url)
+        again = post_answer(url, body)
+        again_on_kept = _counter_of(kept_url) > kept_before
+        router_metrics = httpx.get(fleet.router.metrics_url, timeout=10).text
+        later = []  # (status, served by the worker left)
+        for k in range(3):
+            kept_before = _counter_of(kept_url)
+            text = {
+                "text": f"{_prefix(seed=13)} after {k}?",
+                "sampling_params": {"max_new_tokens": 1},
+            }
+            response = httpx.post(f"{fleet.url}/generate", json=text, timeout=60)
+            later.append((response.status_code, _counter_of(kept_url) > kept_before))
+    while fleet.router.healthy_workers() != 1:
+        assert time.monotonic() - killed_s < 15.0, "the router still counts the dead worker"
+        time.sleep(0.25)
+
+    assert first.status_code == 200
+    assert first.json()["done"]["outcome"] == "ok"
+    assert again.status_code == 200, again.text
+    assert again.json()["done"]["outcome"] == "ok"
+    assert again_on_kept
+    # The router tried the dead worker (its retries go to the same worker), gave up once with
+    # the 500, opened that worker's circuit; the service's second ask went to the other.
+    lost_label = f'worker="{workers[lost]}",outcome="failure"'
+    assert _counter(router_metrics, "smg_worker_cb_outcomes_total", lost_label) >= 1
+    assert _counter(router_metrics, "smg_worker_retries_exhausted_total") == 1
+    assert later == [(200, True)] * 3
+
+
+def _counter_of(url: str) -> float:
+    return _counter(httpx.get(f"{url}/metrics", timeout=10).text, "sglang:prompt_tokens_total")
