@@ -54,6 +54,7 @@ from answer_service.events import (
 )
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline_values import (
+    end_refused,
     error_event,
     generate_attributes,
     numbered_sources,
@@ -184,7 +185,8 @@ class AnswerPipeline:
             },
         )
         try:
-            with trace.use_span(root, end_on_exit=False):
+            # Exceptions are recorded below, once: use_span would record them again.
+            with trace.use_span(root, False, record_exception=False, set_status_on_exception=False):
                 return await self._prepare(request, deadline, root)
         except BaseException as exc:
             code = exc.code if isinstance(exc, ServiceError) else "cancelled"
@@ -194,10 +196,7 @@ class AnswerPipeline:
                 code=code,
                 budget_ms=request.ttft_budget_ms,
             )
-            root.record_exception(exc)
-            root.set_attribute("answer.outcome", type(exc).__name__)
-            root.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-            root.end()
+            end_refused(root, exc)
             raise
 
     async def _prepare(

@@ -3,11 +3,12 @@ generation results into span attributes, generation errors into `error` events."
 
 from __future__ import annotations
 
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Status, StatusCode
 
 from answer_service.errors import (
     InvalidRequestError,
     RoutedWorkerLostError,
+    ServiceError,
     UpstreamError,
     UpstreamUnavailableError,
 )
@@ -147,3 +148,17 @@ async def open_stream(
         raise InvalidRequestError(f"the prompt does not fit the model: {exc}") from exc
     except SGLangRequestError as exc:
         raise UpstreamError(str(exc)) from exc
+
+
+def end_refused(span: Span, exc: BaseException) -> None:
+    """End a request's root span with what ended it before any event. A `ServiceError` is an
+    answer (a refusal, a bad request), not a bug: recorded without its traceback, whose
+    formatting was ~40% of a refusal's time in the service."""
+    if isinstance(exc, ServiceError):
+        attributes = {"exception.type": type(exc).__name__, "exception.message": exc.message[:500]}
+        span.add_event("exception", attributes)
+    else:
+        span.record_exception(exc)
+    span.set_attribute("answer.outcome", type(exc).__name__)
+    span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+    span.end()

@@ -65,11 +65,18 @@ def test_a_snapshot_holds_answers_and_refusals_from_memory(
         refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 1})  # nothing fits 1 ms
         assert refused.status_code == 422, refused.text
         snapshot = _snapshot(url)
+        traces = httpx.get(f"{url}/v1/traces", params={"limit": 10}, timeout=10).json()
     assert snapshot["source"] == "memory"
     assert snapshot["counts"]["answered"] == 1
     assert snapshot["counts"]["rejected"] == 1
     refusal, answer = snapshot["requests"]
     assert refusal["outcome"] == "invalid_request"
+    refused_root = next(t for t in traces if t["trace_id"] == refusal["trace_id"])["spans"][0]
+    assert refused_root["attributes"]["answer.outcome"] == "InvalidRequestError"
+    (event,) = refused_root["events"]  # recorded once
+    assert event["name"] == "exception"
+    assert "idle worker" in event["attributes"]["exception.message"]
+    assert "exception.stacktrace" not in event["attributes"]  # a refusal is not a bug
     assert answer["trace_id"] == done["trace_id"]
     assert answer["ttft_ms"] == pytest.approx(done["ttft_ms"], abs=0.01)  # done rounds to 0.01
     stages = {s["stage"]: s for s in answer["stages"]}

@@ -1,0 +1,205 @@
+"""How fast a refused request is refused while the SGLang worker is busy, with the worker at
+the CPU priority it is started with and at a lowered one, side by side in one run.
+
+Admission refuses before retrieval, so a refusal is little work: its latency is mostly how soon
+the service's process gets a core that SGLang's scheduler and torch threads are using. One
+SGLang worker (SmolLM2, CPU) and one `answer-service serve`; `--concurrency` clients keep
+asking questions with a generous budget (SGLang is never idle), while probes, one every
+`--probe-gap-ms`, ask with a budget no plan can make and are refused. The arms alternate
+(A B B A ...) for `--rounds`; between arms every thread of the worker's process group is
+reniced. Per arm: the probes' client-side latency to the full refusal, and the TTFT of the
+answers that started in it (what lowering the worker's priority costs).
+
+    python -m eval.refusal_latency --out docs/benchmarks/refusal-latency.json \\
+        [--nices 0,10] [--rounds 4] [--probes 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from eval.answer_quality import read_questions
+from eval.cli import index_of
+from eval.latency_stats import percentiles
+from eval.service_process import ServiceProcess, free_port
+from generation.sglang_server import SGLangServer, SGLangServerConfig, ensure_smollm2_model
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+
+SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad-v1.1-open"
+# Below what even an idle worker takes to a first token: refused at admission (422).
+PROBE_BUDGET_MS = 1
+ANSWER_BUDGET_MS = 60_000
+
+
+def renice_group(pgid: int, nice: int) -> int:
+    """Set the nice value of every thread of every process in `pgid`; how many were set."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pgid:
+                continue
+            for tid in os.listdir(f"/proc/{entry}/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                count += 1
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue
+    return count
+
+
+class Background:
+    """`concurrency` clients asking questions back to back; each answer's (start, TTFT)."""
+
+    def __init__(self, url: str, questions: list[str], concurrency: int) -> None:
+        self.url = url
+        self.questions = itertools.cycle(questions)
+        self.concurrency = concurrency
+        self.answers: list[tuple[float, float | None, int]] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with httpx.AsyncClient(timeout=120.0) as client:
+            await asyncio.gather(*(self._client(client, stop) for _ in range(self.concurrency)))
+
+    async def _client(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            body = {"query": next(self.questions), "ttft_budget_ms": ANSWER_BUDGET_MS}
+            started = time.perf_counter()
+            response = await client.post(f"{self.url}/v1/answer", json={**body, "stream": False})
+            ttft = response.json()["done"]["ttft_ms"] if response.status_code == 200 else None
+            self.answers.append((started, ttft, response.status_code))
+
+
+async def probe(client: httpx.AsyncClient, url: str, query: str) -> tuple[float, int, str]:
+    body = {"query": query, "ttft_budget_ms": PROBE_BUDGET_MS, "stream": False}
+    started = time.perf_counter()
+    response = await client.post(f"{url}/v1/answer", json=body)
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    code = response.json().get("error", {}).get("code", "") if response.status_code >= 400 else ""
+    return elapsed_ms, response.status_code, code
+
+
+async def measure(
+    url: str, pgid: int, questions: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    background = Background(url, questions, args.concurrency)
+    stop = asyncio.Event()
+    load = asyncio.create_task(background.run(stop))
+    await asyncio.sleep(args.settle_s)  # the queue fills
+    nices: list[int] = args.nices
+    order = [nices if r % 2 == 0 else nices[::-1] for r in range(args.rounds)]
+    probes: dict[int, list[tuple[float, int, str]]] = {n: [] for n in nices}
+    windows: dict[int, list[tuple[float, float]]] = {n: [] for n in nices}
+    async with httpx.AsyncClient(timeout=30.0) as client:
+        await probe(client, url, questions[0])  # a connection kept alive for every probe
+        for nice in itertools.chain.from_iterable(order):
+            renice_group(pgid, nice)
+            await asyncio.sleep(args.settle_s)
+            started = time.perf_counter()
+            for k in range(args.probes):
+                probes[nice].append(await probe(client, url, questions[k % len(questions)]))
+                await asyncio.sleep(args.probe_gap_ms / 1000.0)
+            windows[nice].append((started, time.perf_counter()))
+    stop.set()
+    await load
+    renice_group(pgid, nices[0])
+    arms = {}
+    for nice in nices:
+        answers = [
+            (ttft, status)
+            for started, ttft, status in background.answers
+            if any(a <= started < b for a, b in windows[nice])
+        ]
+        arms[str(nice)] = {
+            "sglang_nice": nice,
+            "probes": len(probes[nice]),
+            "refusal_ms": percentiles([ms for ms, _, _ in probes[nice]]),
+            "refusal_statuses": sorted({f"{status} {code}" for _, status, code in probes[nice]}),
+            "answers": len(answers),
+            "answers_ok": sum(status == 200 for _, status in answers),
+            "answer_ttft_ms": percentiles([t for t, _ in answers if t is not None]),
+        }
+    return arms
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--index", type=Path, default=None, help="default: built in the cache")
+    parser.add_argument("--passages", type=Path, default=SQUAD / "passages.jsonl")
+    parser.add_argument("--questions", type=Path, default=SQUAD / "questions.jsonl")
+    parser.add_argument("--nices", type=lambda s: [int(x) for x in s.split(",")], default=[0, 10])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--probes", type=int, default=100, help="per arm and round")
+    parser.add_argument("--probe-gap-ms", type=float, default=100.0)
+    parser.add_argument("--concurrency", type=int, default=3, help="answers kept in flight")
+    parser.add_argument("--settle-s", type=float, default=3.0)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    embedder = SentenceTransformerEmbedder(EmbedderConfig())
+    index_dir = index_of(args.passages, args.index, embedder)
+    questions = [q.question for q in read_questions(args.questions) if q.answers]
+    random.Random(args.seed).shuffle(questions)
+    scratch = Path(tempfile.mkdtemp(prefix="refusal-latency-"))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSWER_")}
+    env.update(
+        ANSWER_RERANKER_MODEL="",
+        ANSWER_MAX_NEW_TOKENS=str(args.max_new_tokens),
+        ANSWER_ANSWER_CACHE_TTL_S="0",
+    )
+    with ExitStack() as stack:
+        sglang = SGLangServer(
+            SGLangServerConfig(
+                port=free_port(),
+                device="cpu",
+                model_dir=ensure_smollm2_model(SGLangServerConfig().cache_dir),
+                log_path=scratch / "sglang.log",
+            )
+        )
+        stack.callback(sglang.stop)
+        sglang.start()
+        pgid = int(sglang.pid_path.read_text())
+        service = ServiceProcess(
+            "refusal",
+            port=free_port(),
+            index_dir=index_dir,
+            sglang_url=sglang.url,
+            env=env,
+            scratch=scratch,
+        )
+        stack.callback(service.stop)
+        url = service.start(needs_reranker=False)
+        arms = asyncio.run(measure(url, pgid, questions, args))
+    command = [".venv/bin/python", "-m", "eval.refusal_latency", *(argv or sys.argv[1:])]
+    summary = {
+        "command": " ".join(command),
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "probe_budget_ms": PROBE_BUDGET_MS,
+        "arms": arms,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
