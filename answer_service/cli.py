@@ -73,6 +73,10 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level="info",
         timeout_graceful_shutdown=10,
+        # libuv's event loop and the C HTTP parser: a refusal, which is mostly HTTP, takes
+        # less time than on asyncio's loop and h11 (eval/refusal_latency.py).
+        loop=args.server,
+        http="httptools" if args.server == "uvloop" else "h11",
     )
     return 0
 
@@ -184,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=DEFAULT_SERVICE_PORT)
     serve.add_argument("--sglang-url", help="a running SGLang server (default: the local one)")
     serve.add_argument("--tokenizer", help="chat template source (default: the served model)")
+    serve.add_argument(
+        "--server",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="uvloop: libuv's event loop and httptools (default); asyncio: the standard "
+        "library's loop and h11",
+    )
     serve.set_defaults(run=_serve)
 
     ask = commands.add_parser("ask", help="stream an answer from a running service")

@@ -89,7 +89,7 @@ class Components:
             redis = RedisLink.from_url(
                 settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
             )
-            shared = SharedRequests(redis)
+            shared = SharedRequests(redis, maxlen=settings.shared_requests)
         request_log = RequestLog(settings.recent_requests, sink=shared)
         keys = KeyRing(read_api_keys(settings.api_keys_file)) if settings.api_keys_file else None
         return cls(

@@ -120,6 +120,8 @@ class Settings(BaseSettings):
     # Request summaries kept in memory for the dashboard (`GET /dashboard`), and how often it
     # is pushed a fresh snapshot.
     recent_requests: int = Field(default=5000, ge=1)
+    # With Redis: every replica's summaries, in the stream (XADD's cap) and mirrored in memory.
+    shared_requests: int = Field(default=20_000, ge=1)
     dashboard_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
 
     # API keys (answer_service/auth.py): a JSON file of key digests with their tier and limits;

@@ -153,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the service, e.g. ANSWER_RECENT_REQUESTS=300 (repeatable)",
+    )
     args = parser.parse_args(argv)
 
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSWER_")}
@@ -161,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         ANSWER_MAX_NEW_TOKENS=str(args.max_new_tokens),
         ANSWER_ANSWER_CACHE_TTL_S="0",
     )
+    env.update(item.split("=", 1) for item in args.service_env)
     scratch = Path(tempfile.mkdtemp(prefix="overload-soak-"))
     service = ServiceProcess(
         "overload",

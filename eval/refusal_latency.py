@@ -1,17 +1,19 @@
-"""How fast a refused request is refused while the SGLang worker is busy, with the worker at
-the CPU priority it is started with and at a lowered one, side by side in one run.
+"""How fast a refused request is refused while the SGLang worker is busy: side by side in one
+run, the service's HTTP server (uvloop + httptools, the default, or asyncio + h11) and the
+worker's CPU priority.
 
-Admission refuses before retrieval, so a refusal is little work: its latency is mostly how soon
-the service's process gets a core that SGLang's scheduler and torch threads are using. One
-SGLang worker (SmolLM2, CPU) and one `answer-service serve`; `--concurrency` clients keep
-asking questions with a generous budget (SGLang is never idle), while probes, one every
-`--probe-gap-ms`, ask with a budget no plan can make and are refused. The arms alternate
-(A B B A ...) for `--rounds`; between arms every thread of the worker's process group is
-reniced. Per arm: the probes' client-side latency to the full refusal, and the TTFT of the
-answers that started in it (what lowering the worker's priority costs).
+Admission refuses before retrieval, so a refusal is little work: HTTP, the planner's decision
+and the error response, on a process sharing two cores with SGLang's scheduler and torch
+threads. One SGLang worker (SmolLM2, CPU) and one `answer-service serve` per server kind in the
+arms; `--concurrency` clients keep asking the measured arm's service questions with a generous
+budget (SGLang is never idle and that service's loop is busy streaming), while probes, one
+every `--probe-gap-ms`, ask it with a budget no plan can make and are refused. An arm is
+`SERVER:NICE`; the arms alternate (A B C, C B A, ...) for `--rounds`, every thread of the
+worker's process group reniced to the arm's NICE. Per arm: the probes' client-side latency to
+the full refusal, and the TTFT of the answers that started in it.
 
     python -m eval.refusal_latency --out docs/benchmarks/refusal-latency.json \\
-        [--nices 0,10] [--rounds 4] [--probes 100]
+        [--arms uvloop:0,asyncio:0,uvloop:10] [--rounds 4] [--probes 100]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad-v1.1-op
 # Below what even an idle worker takes to a first token: refused at admission (422).
 PROBE_BUDGET_MS = 1
 ANSWER_BUDGET_MS = 60_000
+SERVERS = ("uvloop", "asyncio")
 
 
 def renice_group(pgid: int, nice: int) -> int:
@@ -65,7 +68,7 @@ class Background:
     """`concurrency` clients asking questions back to back; each answer's (start, TTFT)."""
 
     def __init__(self, url: str, questions: list[str], concurrency: int) -> None:
-        self.url = url
+        self.url = url  # the arm being measured: switched between arms
         self.questions = itertools.cycle(questions)
         self.concurrency = concurrency
         self.answers: list[tuple[float, float | None, int]] = []
@@ -92,47 +95,61 @@ async def probe(client: httpx.AsyncClient, url: str, query: str) -> tuple[float,
     return elapsed_ms, response.status_code, code
 
 
+def parse_arms(text: str) -> list[tuple[str, int]]:
+    arms = []
+    for part in text.split(","):
+        server, _, nice = part.partition(":")
+        if server not in SERVERS or not nice.lstrip("-").isdigit():
+            raise argparse.ArgumentTypeError(f"an arm is SERVER:NICE, SERVER in {SERVERS}: {part}")
+        arms.append((server, int(nice)))
+    return arms
+
+
 async def measure(
-    url: str, pgid: int, questions: list[str], args: argparse.Namespace
+    urls: dict[str, str], pgid: int, questions: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    background = Background(url, questions, args.concurrency)
+    arms: list[tuple[str, int]] = args.arms
+    background = Background(urls[arms[0][0]], questions, args.concurrency)
     stop = asyncio.Event()
     load = asyncio.create_task(background.run(stop))
     await asyncio.sleep(args.settle_s)  # the queue fills
-    nices: list[int] = args.nices
-    order = [nices if r % 2 == 0 else nices[::-1] for r in range(args.rounds)]
-    probes: dict[int, list[tuple[float, int, str]]] = {n: [] for n in nices}
-    windows: dict[int, list[tuple[float, float]]] = {n: [] for n in nices}
+    order = [arms if r % 2 == 0 else arms[::-1] for r in range(args.rounds)]
+    probes: dict[tuple[str, int], list[tuple[float, int, str]]] = {a: [] for a in arms}
+    windows: dict[tuple[str, int], list[tuple[float, float]]] = {a: [] for a in arms}
     async with httpx.AsyncClient(timeout=30.0) as client:
-        await probe(client, url, questions[0])  # a connection kept alive for every probe
-        for nice in itertools.chain.from_iterable(order):
+        for url in urls.values():
+            await probe(client, url, questions[0])  # connections kept alive for every probe
+        for arm in itertools.chain.from_iterable(order):
+            server, nice = arm
             renice_group(pgid, nice)
+            background.url = url = urls[server]
             await asyncio.sleep(args.settle_s)
             started = time.perf_counter()
             for k in range(args.probes):
-                probes[nice].append(await probe(client, url, questions[k % len(questions)]))
+                probes[arm].append(await probe(client, url, questions[k % len(questions)]))
                 await asyncio.sleep(args.probe_gap_ms / 1000.0)
-            windows[nice].append((started, time.perf_counter()))
+            windows[arm].append((started, time.perf_counter()))
     stop.set()
     await load
-    renice_group(pgid, nices[0])
-    arms = {}
-    for nice in nices:
+    renice_group(pgid, 0)
+    results = {}
+    for arm in arms:
         answers = [
             (ttft, status)
             for started, ttft, status in background.answers
-            if any(a <= started < b for a, b in windows[nice])
+            if any(a <= started < b for a, b in windows[arm])
         ]
-        arms[str(nice)] = {
-            "sglang_nice": nice,
-            "probes": len(probes[nice]),
-            "refusal_ms": percentiles([ms for ms, _, _ in probes[nice]]),
-            "refusal_statuses": sorted({f"{status} {code}" for _, status, code in probes[nice]}),
+        results[f"{arm[0]}:{arm[1]}"] = {
+            "server": arm[0],
+            "sglang_nice": arm[1],
+            "probes": len(probes[arm]),
+            "refusal_ms": percentiles([ms for ms, _, _ in probes[arm]]),
+            "refusal_statuses": sorted({f"{status} {code}" for _, status, code in probes[arm]}),
             "answers": len(answers),
             "answers_ok": sum(status == 200 for _, status in answers),
             "answer_ttft_ms": percentiles([t for t, _ in answers if t is not None]),
         }
-    return arms
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=Path, default=None, help="default: built in the cache")
     parser.add_argument("--passages", type=Path, default=SQUAD / "passages.jsonl")
     parser.add_argument("--questions", type=Path, default=SQUAD / "questions.jsonl")
-    parser.add_argument("--nices", type=lambda s: [int(x) for x in s.split(",")], default=[0, 10])
+    parser.add_argument(
+        "--arms", type=parse_arms, default=parse_arms("uvloop:0,asyncio:0,uvloop:10")
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--probes", type=int, default=100, help="per arm and round")
     parser.add_argument("--probe-gap-ms", type=float, default=100.0)
@@ -176,17 +195,20 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(sglang.stop)
         sglang.start()
         pgid = int(sglang.pid_path.read_text())
-        service = ServiceProcess(
-            "refusal",
-            port=free_port(),
-            index_dir=index_dir,
-            sglang_url=sglang.url,
-            env=env,
-            scratch=scratch,
-        )
-        stack.callback(service.stop)
-        url = service.start(needs_reranker=False)
-        arms = asyncio.run(measure(url, pgid, questions, args))
+        urls = {}
+        for server in dict.fromkeys(server for server, _ in args.arms):
+            service = ServiceProcess(
+                server,
+                port=free_port(),
+                index_dir=index_dir,
+                sglang_url=sglang.url,
+                env=env,
+                scratch=scratch,
+                extra_args=("--server", server),
+            )
+            stack.callback(service.stop)
+            urls[server] = service.start(needs_reranker=False)
+        arms = asyncio.run(measure(urls, pgid, questions, args))
     command = [".venv/bin/python", "-m", "eval.refusal_latency", *(argv or sys.argv[1:])]
     summary = {
         "command": " ".join(command),

@@ -60,8 +60,10 @@ class ServiceProcess:
         sglang_url: str,
         env: dict[str, str],
         scratch: Path,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.port = port
+        self._extra_args = extra_args
         self._index_dir = index_dir
         self._sglang_url = sglang_url
         self._env = env
@@ -95,6 +97,7 @@ class ServiceProcess:
             str(self.port),
             "--sglang-url",
             self._sglang_url,
+            *self._extra_args,
         ]
 
     def start(self, *, needs_reranker: bool, timeout_s: float = 600.0) -> str:

@@ -1,0 +1,40 @@
+"""The refusal benchmark's arms and its renice of a process group (eval/refusal_latency.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eval.refusal_latency import parse_arms, renice_group
+
+
+def test_arms_are_server_and_nice() -> None:
+    assert parse_arms("uvloop:0,asyncio:0,uvloop:10") == [
+        ("uvloop", 0),
+        ("asyncio", 0),
+        ("uvloop", 10),
+    ]
+    for bad in ("uvloop", "tornado:0", "uvloop:x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="SERVER:NICE"):
+            parse_arms(bad)
+
+
+def test_renice_reaches_every_thread_of_the_group() -> None:
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        tasks = f"/proc/{child.pid}/task"
+        deadline = time.monotonic() + 10
+        while len(os.listdir(tasks)) < 2:
+            assert time.monotonic() < deadline, "the child's second thread never started"
+            time.sleep(0.01)
+        assert renice_group(child.pid, 7) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(tasks)] == [7, 7]
+    finally:
+        child.kill()
+        child.wait()
