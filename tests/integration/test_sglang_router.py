@@ -353,19 +353,19 @@ def test_a_worker_lost_behind_the_router_is_passed_over(
         os.killpg(int(fleet.workers[lost].pid_path.read_text()), signal.SIGKILL)
         killed_s = time.monotonic()
         # The same prompt: the router's cache sends it to the dead worker.
-        kept_before = _counter_of(kept_url)
+        kept_before = _prompt_tokens((kept_url,))[0]
         again = post_answer(url, body)
-        again_on_kept = _counter_of(kept_url) > kept_before
+        again_on_kept = _prompt_tokens((kept_url,))[0] > kept_before
         router_metrics = httpx.get(fleet.router.metrics_url, timeout=10).text
         later = []  # (status, served by the worker left)
         for k in range(3):
-            kept_before = _counter_of(kept_url)
+            kept_before = _prompt_tokens((kept_url,))[0]
             text = {
                 "text": f"{_prefix(seed=13)} after {k}?",
                 "sampling_params": {"max_new_tokens": 1},
             }
             response = httpx.post(f"{fleet.url}/generate", json=text, timeout=60)
-            later.append((response.status_code, _counter_of(kept_url) > kept_before))
+            later.append((response.status_code, _prompt_tokens((kept_url,))[0] > kept_before))
     while fleet.router.healthy_workers() != 1:
         assert time.monotonic() - killed_s < 15.0, "the router still counts the dead worker"
         time.sleep(0.25)
@@ -381,7 +381,3 @@ def test_a_worker_lost_behind_the_router_is_passed_over(
     assert _counter(router_metrics, "smg_worker_cb_outcomes_total", lost_label) >= 1
     assert _counter(router_metrics, "smg_worker_retries_exhausted_total") == 1
     assert later == [(200, True)] * 3
-
-
-def _counter_of(url: str) -> float:
-    return _counter(httpx.get(f"{url}/metrics", timeout=10).text, "sglang:prompt_tokens_total")
