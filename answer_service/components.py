@@ -297,6 +297,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
         prompt_layout=settings.prompt_layout,
         routing=settings.sglang_routing,
         cache_slack=settings.prompt_cache_slack,
+        cache_adopt=settings.prompt_cache_adopt,
         citation_threshold=settings.citation_threshold,
         max_citation_sources=settings.max_citation_sources,
         abstain_below=settings.abstain_below,

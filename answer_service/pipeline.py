@@ -57,6 +57,7 @@ from answer_service.pipeline_values import (
     end_refused,
     error_event,
     generate_attributes,
+    laid_out_prompt,
     numbered_sources,
     open_stream,
     ranked_sources,
@@ -66,12 +67,10 @@ from answer_service.prepared import Generation, PreparedAnswer
 from answer_service.retrieval_stage import RetrievalConfig, RetrievalStage
 from budget import CacheEstimator, Deadline
 from budget.planner import Knobs, PromptOption
-from generation.errors import (
-    GenerationError,
-)
+from generation.errors import GenerationError
 from generation.prefix_order import PromptLayout
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
-from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
+from generation.prompt_layout import ChatTemplate, Prompt
 from generation.sglang_client import (
     SamplingParams,
     SGLangClient,
@@ -106,6 +105,7 @@ class PipelineConfig:
     prompt_layout: PromptLayout = "cache_aware"
     routing: RoutingPolicy = "prefix"
     cache_slack: int = 0
+    cache_adopt: int = 0
     # Answer sentences cite the prompt passages covering this share of their terms; a question
     # whose best source covers less than `abstain_below` of its terms gets "I do not know".
     citation_threshold: float = SUPPORT_THRESHOLD
@@ -280,17 +280,16 @@ class AnswerPipeline:
             try:
                 await self._generate(prepared, hard, retrieved, worker)
                 return prepared
-            except RoutedWorkerLostError:  # the router passes its lost worker over from now
+            except UpstreamUnavailableError as exc:
                 self.router.release(worker)
-                if attempt == 1:
-                    raise
-                logger.warning("the router lost a worker, asking it again url=%s", worker)
-            except UpstreamUnavailableError:
-                self.router.release(worker)
-                self.router.mark_down(worker, _WORKER_DOWN_S)
+                # sgl-router passes a worker it lost over from now on: ask it again. A worker
+                # of our own that is unreachable is passed over here for a while.
+                routed = isinstance(exc, RoutedWorkerLostError)
+                if not routed:
+                    self.router.mark_down(worker, _WORKER_DOWN_S)
                 if attempt == 1 or all(map(self.router.is_down, self._workers)):
                     raise
-                logger.warning("sglang worker unreachable, trying another worker=%s", worker)
+                logger.warning("sglang worker lost, asking again routed=%s url=%s", routed, worker)
             except BaseException:
                 self.router.release(worker)
                 raise
@@ -338,7 +337,11 @@ class AnswerPipeline:
             raise
         span.set_attribute("gen_ai.response.id", stream.rid)
         prepared.sources = numbered_sources(
-            retrieved.passages, prompt, request.top_k, self._config.snippet_chars
+            retrieved.passages,
+            prompt,
+            request.top_k,
+            self._config.snippet_chars,
+            self._retriever.index.passage_by_id,
         )
         prepared.timings = dataclasses.replace(prepared.timings, prompt_ms=prompt_ms)
         prepared.generation = Generation(
@@ -412,20 +415,18 @@ class AnswerPipeline:
     def _laid_out(
         self, question: str, scored: list[ScoredPassage], limit: int, worker: str
     ) -> Prompt:
-        passages = [
-            ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
-            for n, sp in enumerate(scored, start=1)
-        ]
-        return build_prompt(
+        config = self._config
+        return laid_out_prompt(
             question,
-            passages,
+            scored,
             self._template,
-            max_prompt_tokens=self._config.max_prompt_tokens,
-            layout=self._config.prompt_layout,
-            tree=self.router.tree(worker),
+            self.router.tree(worker),
             limit=limit,
-            slack=self._config.cache_slack,
-            remember=False,
+            max_prompt_tokens=config.max_prompt_tokens,
+            layout=config.prompt_layout,
+            slack=config.cache_slack,
+            adopt=config.cache_adopt,
+            find=self._retriever.index.passage_by_id,
         )
 
     async def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:

@@ -3,6 +3,8 @@ generation results into span attributes, generation errors into `error` events."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry.trace import Span, Status, StatusCode
 
 from answer_service.errors import (
@@ -21,7 +23,8 @@ from generation.errors import (
     SGLangUnavailableError,
     WorkerLostError,
 )
-from generation.prompt_layout import Prompt
+from generation.prefix_order import PrefixTree, PromptLayout
+from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
 from generation.sglang_client import (
     GenerationResult,
     GenerationStream,
@@ -30,7 +33,7 @@ from generation.sglang_client import (
     StreamTimeouts,
 )
 from retrieval.ann import SearchDepth
-from retrieval.passage import ScoredPassage
+from retrieval.passage import Passage, ScoredPassage
 
 
 def end_generate_span(span: Span, result: GenerationResult | None) -> None:
@@ -71,16 +74,63 @@ def depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
     return {key: value for key, value in attributes.items() if value is not None}
 
 
+def laid_out_prompt(
+    question: str,
+    scored: list[ScoredPassage],
+    template: ChatTemplate,
+    tree: PrefixTree,
+    *,
+    limit: int,
+    max_prompt_tokens: int,
+    layout: PromptLayout,
+    slack: int,
+    adopt: int,
+    find: Callable[[str], Passage | None],
+) -> Prompt:
+    """A prompt of the best `limit` of `scored` (not yet remembered in `tree`: it may not be
+    sent); passages adopted from a remembered prefix are found by id in the index (`find`)."""
+
+    def lookup(passage_id: str) -> ContextPassage | None:
+        found = find(passage_id)
+        return None if found is None else ContextPassage(0, passage_id, found.title, found.text)
+
+    passages = [
+        ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
+        for n, sp in enumerate(scored, start=1)
+    ]
+    return build_prompt(
+        question,
+        passages,
+        template,
+        max_prompt_tokens=max_prompt_tokens,
+        layout=layout,
+        tree=tree,
+        limit=limit,
+        slack=slack,
+        adopt=adopt,
+        lookup=lookup,
+        remember=False,
+    )
+
+
 def numbered_sources(
-    scored: list[ScoredPassage], prompt: Prompt, top_k: int, snippet_chars: int
+    scored: list[ScoredPassage],
+    prompt: Prompt,
+    top_k: int,
+    snippet_chars: int,
+    find: Callable[[str], Passage | None],
 ) -> tuple[Source, ...]:
     """Sources numbered as the prompt numbers them ([n] in the answer is source n), in prompt
     order; passages of the best `top_k` that are not in the prompt (they did not fit, or a
-    cached one took their place) follow in retrieval order."""
+    cached one took their place) follow in retrieval order. A passage a remembered prefix
+    brought along (adopted: retrieval did not rank it for this question) has score 0."""
     in_prompt = {p.source_id: p.number for p in prompt.passages}
     left_out = (sp for sp in scored[:top_k] if sp.passage.passage_id not in in_prompt)
     by_id = {sp.passage.passage_id: sp for sp in scored}
-    placed = [(p.number, by_id[p.source_id]) for p in prompt.passages]
+    for passage_id in prompt.adopted:
+        if (found := find(passage_id)) is not None:
+            by_id.setdefault(passage_id, ScoredPassage(found, 0.0))
+    placed = [(p.number, by_id[p.source_id]) for p in prompt.passages if p.source_id in by_id]
     placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]
     return tuple(_source(n, sp, snippet_chars) for n, sp in placed)
 

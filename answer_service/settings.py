@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # cache_aware only: up to this many of the last places may go to passages ranked just
     # below top_k when they continue a cached prefix (0: reorder only, never substitute).
     prompt_cache_slack: int = Field(default=0, ge=0, le=20)
+    # cache_aware only: up to this many places may go to passages another question's prompt
+    # put on a remembered prefix ahead of this prompt's own (0: only the ranking's own).
+    prompt_cache_adopt: int = Field(default=0, ge=0, le=20)
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
 

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,6 +55,8 @@ class Prompt:
     dropped_passages: int
     layout: PromptLayout = "relevance"
     expected_cached_tokens: int = 0
+    # Passages a remembered prefix brought along that retrieval did not offer (`adopt`).
+    adopted: tuple[str, ...] = ()
 
 
 class ChatTemplate(Protocol):
@@ -137,22 +139,42 @@ def _user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     return f"{_PASSAGES_HEADER}{blocks}\n\nQuestion: {quoted(question)}"
 
 
+PassageLookup = Callable[[str], ContextPassage | None]
+"""A passage by id from the index now served (None when it holds no such passage)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    passages: list[ContextPassage]
+    continued: int
+    adopted: tuple[str, ...]
+
+
 def _laid_out(
     passages: Sequence[ContextPassage],
     layout: PromptLayout,
     tree: PrefixTree | None,
     limit: int,
     slack: int,
-) -> tuple[list[ContextPassage], int]:
-    """The passages in prompt order, numbered 1..n by position, and how many of the first ones
-    continue a remembered prefix."""
+    adopt: int,
+    lookup: PassageLookup | None,
+) -> _Ordered:
+    """The passages in prompt order, numbered 1..n by position, how many of the first ones
+    continue a remembered prefix, and which of them were adopted (looked up by id: an adopted
+    passage the index no longer holds means laying out without adoption)."""
     by_id = {p.source_id: p for p in passages}
-    order = order_ids(list(by_id), layout, tree, limit=limit, slack=slack)
+    order = order_ids(list(by_id), layout, tree, limit=limit, slack=slack, adopt=adopt)
+    for pid in order.adopted:
+        found = lookup(pid) if lookup is not None else None
+        if found is None:
+            order = order_ids(list(by_id), layout, tree, limit=limit, slack=slack)
+            break
+        by_id[pid] = found
     numbered = [
         dataclasses.replace(by_id[pid], number=n)
         for n, pid in enumerate(order.passage_ids, start=1)
     ]
-    return numbered, order.continued
+    return _Ordered(numbered, order.continued, order.adopted)
 
 
 def build_prompt(
@@ -165,12 +187,16 @@ def build_prompt(
     tree: PrefixTree | None = None,
     limit: int | None = None,
     slack: int = 0,
+    adopt: int = 0,
+    lookup: PassageLookup | None = None,
     remember: bool = True,
 ) -> Prompt:
     """Lay the prompt out: keep the best-ranked `limit` passages (given best first; default
     all) that fit, put them in the order `layout` chooses, and number them by position. With
     `cache_aware` and a `slack`, passages ranked just below `limit` may take up to `slack` of
-    the last places where they continue a cached prefix (`prefix_order.order_ids`).
+    the last places where they continue a cached prefix (`prefix_order.order_ids`), and with
+    an `adopt` and a `lookup`, passages of a remembered prefix that retrieval did not offer may
+    take up to `adopt` places ahead of the passages they lead to.
 
     With a `tree` (the prefixes recently sent to the worker that will serve this prompt), the
     chosen order is remembered there (unless `remember` is false: a prompt that may not be
@@ -180,7 +206,8 @@ def build_prompt(
     wanted = len(passages) if limit is None else min(limit, len(passages))
     kept = wanted
     while True:
-        ordered, matched = _laid_out(passages, layout, tree, kept, slack)
+        laid_out = _laid_out(passages, layout, tree, kept, slack, adopt, lookup)
+        ordered, matched = laid_out.passages, laid_out.continued
         messages = [
             ChatMessage("system", SYSTEM_PROMPT),
             ChatMessage("user", _user_message(question, ordered)),
@@ -208,6 +235,7 @@ def build_prompt(
         wanted - kept,
         layout=layout,
         expected_cached_tokens=expected_cached,
+        adopted=laid_out.adopted,
     )
 
 

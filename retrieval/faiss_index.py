@@ -92,12 +92,23 @@ class FaissIndex:
         self.device = device
         self._index = index
         self._passages = list(passages)
+        self._rows_by_id: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self._passages)
 
     def passage(self, row: int) -> Passage:
         return self._passages[row]
+
+    def passage_by_id(self, passage_id: str) -> Passage | None:
+        """The passage with this id, if the index holds it (the id map is built on first use:
+        only cache-aware adoption asks, see generation/prefix_order.py)."""
+        rows = self._rows_by_id
+        if rows is None:
+            rows = {passage.passage_id: row for row, passage in enumerate(self._passages)}
+            self._rows_by_id = rows
+        row = rows.get(passage_id)
+        return None if row is None else self._passages[row]
 
     def search_rows(
         self, queries: Vectors, k: int, depth: SearchDepth | None = None

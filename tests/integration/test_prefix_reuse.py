@@ -90,3 +90,33 @@ async def test_continued_prefix_is_served_from_the_cache(
     relevance = _prompt(template, passages, [d, a, b], "Why?", "relevance", PrefixTree())
     served = await _generate(tiny_sglang, relevance)
     assert served.cached_tokens < cont.expected_cached_tokens / 2
+
+
+async def test_an_adopted_passage_lets_a_set_reuse_a_prefix_it_does_not_start(
+    tiny_sglang: SGLangServer, passages: dict[str, ContextPassage]
+) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await http.post(f"{tiny_sglang.url}/flush_cache")).status_code == 200
+    template = HFChatTemplate(str(tiny_sglang.config.model_dir))
+    a, b, c, d = sorted(passages)[:4]
+    tree = PrefixTree()
+    first = _prompt(template, passages, [b, c, a], "Who?", "cache_aware", tree)
+    assert [p.source_id for p in first.passages] == [a, b, c]
+    await _generate(tiny_sglang, first)
+
+    def laid_out(adopt: int) -> Prompt:
+        return build_prompt(
+            "When?", [passages[i] for i in (c, b, d)], template, max_prompt_tokens=8000,
+            layout="cache_aware", tree=tree, adopt=adopt, lookup=passages.get, remember=False,
+        )  # fmt: skip
+
+    # b, c, d share two passages with the first prompt, but it started with a: without
+    # adoption only the system prompt is reusable. With one adopted place, a comes along
+    # (d, ranked last, gives way) and every passage is read from the cache.
+    plain, adopted = laid_out(0), laid_out(1)
+    assert [p.source_id for p in adopted.passages] == [a, b, c]
+    assert adopted.adopted == (a,)
+    assert adopted.expected_cached_tokens > 0.8 * adopted.prompt_tokens
+    assert plain.expected_cached_tokens < adopted.expected_cached_tokens / 2
+    served = await _generate(tiny_sglang, adopted)
+    assert served.cached_tokens >= adopted.expected_cached_tokens - 2

@@ -147,3 +147,76 @@ def test_relevance_and_stable_take_the_best_limit() -> None:
     ranked = ["c", "a", "b"]
     assert order_ids(ranked, "relevance", limit=2).passage_ids == ("c", "a")
     assert order_ids(ranked, "stable", limit=2, slack=1).passage_ids == ("a", "c")
+
+
+def test_a_prefix_may_bring_along_others_only_with_foreign_allowed() -> None:
+    tree = PrefixTree()
+    tree.insert(["x", "a", "b", "c", "y"])  # another question's prompt: "x" sorted first
+    wanted = {"a", "b", "c", "d"}
+    assert tree.longest_prefix(wanted).passage_ids == ()
+    # The path must end on a wanted passage: "y" is not brought along.
+    assert tree.longest_prefix(wanted, foreign=1).passage_ids == ("x", "a", "b", "c")
+    tree.insert(["x", "z", "a"])
+    # Most wanted passages first, then the fewest others: x, z, a holds one of them.
+    assert tree.longest_prefix(wanted, foreign=2).passage_ids == ("x", "a", "b", "c")
+    tree.insert(["a", "q", "b"])
+    # a, q, b and x, a, b, c: three wanted beat two, whatever the others.
+    assert tree.longest_prefix({"a", "b"}, foreign=1).passage_ids == ("a", "q", "b")
+    assert tree.longest_prefix({"a", "b", "c"}, foreign=1).passage_ids == ("x", "a", "b", "c")
+
+
+def test_adoption_takes_the_places_of_the_lowest_ranked() -> None:
+    tree = PrefixTree()
+    tree.insert(["x", "a", "b", "c", "y"])
+    ranked = ["a", "b", "c", "d", "e"]  # best first
+    plain = order_ids(ranked, "cache_aware", tree, limit=5)
+    assert plain.passage_ids == ("a", "b", "c", "d", "e")
+    assert (plain.continued, plain.adopted) == (0, ())
+    adopted = order_ids(ranked, "cache_aware", tree, limit=5, adopt=1)
+    # x comes along so that a, b, c are read from the cache; e, the lowest ranked, gives way.
+    assert adopted.passage_ids == ("x", "a", "b", "c", "d")
+    assert (adopted.continued, adopted.adopted) == (4, ("x",))
+    # The best limit - adopt always stay: with a limit of 3 and adopt 1, a and b must be in.
+    short = order_ids(ranked, "cache_aware", tree, limit=3, adopt=1)
+    assert short.passage_ids == ("x", "a", "b")
+    # Other layouts never adopt.
+    assert order_ids(ranked, "stable", tree, limit=5, adopt=2).adopted == ()
+
+
+def test_eviction_forgets_where_passages_were() -> None:
+    tree = PrefixTree(max_nodes=20)
+    tree.insert(["x", "a"])
+    for i in range(30):
+        tree.insert([f"p{i}", f"q{i}"])
+    assert tree.longest_prefix({"a"}, foreign=1).passage_ids == ()
+    assert tree.longest_prefix({"q29"}, foreign=1).passage_ids == ("p29", "q29")
+
+
+def test_an_adopted_passage_is_looked_up_and_laid_out_like_any_other() -> None:
+    tree = PrefixTree()
+    template = WordTemplate()
+    first = build_prompt(
+        "q1?", _passages(["b", "aa", "c"]), template, max_prompt_tokens=10_000,
+        layout="cache_aware", tree=tree,
+    )  # fmt: skip
+    index = {p.source_id: p for p in first.passages}
+
+    def lookup(passage_id: str) -> ContextPassage | None:
+        return index.get(passage_id)
+
+    second = build_prompt(
+        "q2?", _passages(["b", "c", "d"]), template, max_prompt_tokens=10_000,
+        layout="cache_aware", tree=tree, adopt=1, lookup=lookup,
+    )  # fmt: skip
+    assert [p.source_id for p in second.passages] == ["aa", "b", "c"]
+    assert second.adopted == ("aa",)
+    shared = first.text.index("Question:")
+    assert second.text[:shared] == first.text[:shared]  # the whole passage block is reused
+    assert second.expected_cached_tokens == template.count_tokens(first.text[:shared].rstrip())
+    # An adopted passage the index no longer holds: laid out without adoption.
+    gone = build_prompt(
+        "q3?", _passages(["b", "c", "d"]), template, max_prompt_tokens=10_000,
+        layout="cache_aware", tree=tree, adopt=1, lookup=lambda _: None,
+    )  # fmt: skip
+    assert [p.source_id for p in gone.passages] == ["b", "c", "d"]
+    assert gone.adopted == ()
