@@ -67,6 +67,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.tokenizer:
         overrides["tokenizer"] = args.tokenizer
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    if args.gil_switch_ms is not None:
+        # How long a thread holding the GIL (prompt rendering, planning, span export) may keep
+        # the event loop's thread waiting before it must let go (eval/refusal_latency.py).
+        sys.setswitchinterval(args.gil_switch_ms / 1000.0)
     uvicorn.run(
         create_app(settings),
         host=args.host,
@@ -194,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="uvloop",
         help="uvloop: libuv's event loop and httptools (default); asyncio: the standard "
         "library's loop and h11",
+    )
+    serve.add_argument(
+        "--gil-switch-ms",
+        type=float,
+        default=None,
+        help="the interpreter's thread switch interval (default: Python's, 5 ms)",
     )
     serve.set_defaults(run=_serve)
 

@@ -276,7 +276,7 @@ class AnswerPipeline:
             return prepared
         ids = [sp.passage.passage_id for sp in retrieved.passages]
         for attempt in range(2):  # a worker that is gone: once more, on another
-            worker = self.router.choose(ids)
+            worker = self.router.choose(ids, foreign=self._config.cache_adopt)
             try:
                 await self._generate(prepared, hard, retrieved, worker)
                 return prepared

@@ -8,9 +8,11 @@ threads. One SGLang worker (SmolLM2, CPU) and one `answer-service serve` per ser
 arms; `--concurrency` clients keep asking the measured arm's service questions with a generous
 budget (SGLang is never idle and that service's loop is busy streaming), while probes, one
 every `--probe-gap-ms`, ask it with a budget no plan can make and are refused. An arm is
-`SERVER:NICE`; the arms alternate (A B C, C B A, ...) for `--rounds`, every thread of the
-worker's process group reniced to the arm's NICE. Per arm: the probes' client-side latency to
-the full refusal, and the TTFT of the answers that started in it.
+`SERVER:NICE[:SWITCH_MS]`; the arms alternate (A B C, C B A, ...) for `--rounds`, every
+thread of the worker's process group reniced to the arm's NICE; SWITCH_MS is the service's
+interpreter switch interval (`serve --gil-switch-ms`; default Python's 5 ms). Per arm: the
+probes' client-side latency to the full refusal, and the TTFT of the answers that started in
+it.
 
     python -m eval.refusal_latency --out docs/benchmarks/refusal-latency.json \\
         [--arms uvloop:0,asyncio:0,uvloop:10] [--rounds 4] [--probes 100]
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,34 +98,56 @@ async def probe(client: httpx.AsyncClient, url: str, query: str) -> tuple[float,
     return elapsed_ms, response.status_code, code
 
 
-def parse_arms(text: str) -> list[tuple[str, int]]:
+@dataclass(frozen=True, slots=True)
+class Arm:
+    server: str
+    nice: int
+    # The service's interpreter switch interval (None: Python's 5 ms).
+    switch_ms: float | None = None
+
+    @property
+    def service(self) -> str:
+        """The service process this arm measures (one per server kind and switch interval)."""
+        return self.server if self.switch_ms is None else f"{self.server}-switch{self.switch_ms:g}"
+
+    @property
+    def name(self) -> str:
+        switch = "" if self.switch_ms is None else f":{self.switch_ms:g}"
+        return f"{self.server}:{self.nice}{switch}"
+
+
+def parse_arms(text: str) -> list[Arm]:
     arms = []
     for part in text.split(","):
-        server, _, nice = part.partition(":")
-        if server not in SERVERS or not nice.lstrip("-").isdigit():
-            raise argparse.ArgumentTypeError(f"an arm is SERVER:NICE, SERVER in {SERVERS}: {part}")
-        arms.append((server, int(nice)))
+        try:
+            server, nice, *switch = part.split(":")
+            if server not in SERVERS or len(switch) > 1:
+                raise ValueError(part)
+            arms.append(Arm(server, int(nice), float(switch[0]) if switch else None))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"an arm is SERVER:NICE[:SWITCH_MS], SERVER in {SERVERS}: {part}"
+            ) from None
     return arms
 
 
 async def measure(
     urls: dict[str, str], pgid: int, questions: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    arms: list[tuple[str, int]] = args.arms
-    background = Background(urls[arms[0][0]], questions, args.concurrency)
+    arms: list[Arm] = args.arms
+    background = Background(urls[arms[0].service], questions, args.concurrency)
     stop = asyncio.Event()
     load = asyncio.create_task(background.run(stop))
     await asyncio.sleep(args.settle_s)  # the queue fills
     order = [arms if r % 2 == 0 else arms[::-1] for r in range(args.rounds)]
-    probes: dict[tuple[str, int], list[tuple[float, int, str]]] = {a: [] for a in arms}
-    windows: dict[tuple[str, int], list[tuple[float, float]]] = {a: [] for a in arms}
+    probes: dict[Arm, list[tuple[float, int, str]]] = {a: [] for a in arms}
+    windows: dict[Arm, list[tuple[float, float]]] = {a: [] for a in arms}
     async with httpx.AsyncClient(timeout=30.0) as client:
         for url in urls.values():
             await probe(client, url, questions[0])  # connections kept alive for every probe
         for arm in itertools.chain.from_iterable(order):
-            server, nice = arm
-            renice_group(pgid, nice)
-            background.url = url = urls[server]
+            renice_group(pgid, arm.nice)
+            background.url = url = urls[arm.service]
             await asyncio.sleep(args.settle_s)
             started = time.perf_counter()
             for k in range(args.probes):
@@ -139,9 +164,10 @@ async def measure(
             for started, ttft, status in background.answers
             if any(a <= started < b for a, b in windows[arm])
         ]
-        results[f"{arm[0]}:{arm[1]}"] = {
-            "server": arm[0],
-            "sglang_nice": arm[1],
+        results[arm.name] = {
+            "server": arm.server,
+            "sglang_nice": arm.nice,
+            "gil_switch_ms": arm.switch_ms if arm.switch_ms is not None else 5.0,
             "probes": len(probes[arm]),
             "refusal_ms": percentiles([ms for ms, _, _ in probes[arm]]),
             "refusal_statuses": sorted({f"{status} {code}" for _, status, code in probes[arm]}),
@@ -196,18 +222,19 @@ def main(argv: list[str] | None = None) -> int:
         sglang.start()
         pgid = int(sglang.pid_path.read_text())
         urls = {}
-        for server in dict.fromkeys(server for server, _ in args.arms):
+        for arm in {arm.service: arm for arm in args.arms}.values():
+            switch = () if arm.switch_ms is None else ("--gil-switch-ms", f"{arm.switch_ms:g}")
             service = ServiceProcess(
-                server,
+                arm.service,
                 port=free_port(),
                 index_dir=index_dir,
                 sglang_url=sglang.url,
                 env=env,
                 scratch=scratch,
-                extra_args=("--server", server),
+                extra_args=("--server", arm.server, *switch),
             )
             stack.callback(service.stop)
-            urls[server] = service.start(needs_reranker=False)
+            urls[arm.service] = service.start(needs_reranker=False)
         arms = asyncio.run(measure(urls, pgid, questions, args))
     command = [".venv/bin/python", "-m", "eval.refusal_latency", *(argv or sys.argv[1:])]
     summary = {

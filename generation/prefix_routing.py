@@ -63,9 +63,10 @@ class PrefixRouter:
     def is_down(self, worker: str) -> bool:
         return self._down_until.get(worker, 0.0) > time.monotonic()
 
-    def choose(self, passage_ids: Collection[str]) -> str:
+    def choose(self, passage_ids: Collection[str], *, foreign: int = 0) -> str:
         """The worker for a prompt of these passages, counted in flight until `release`.
-        Workers marked down are passed over while another is up."""
+        Workers marked down are passed over while another is up. `foreign`: the places the
+        layout may give to passages a remembered prefix brings along (its `adopt`)."""
         with self._lock:
             turn = next(self._turn)
             now = time.monotonic()
@@ -77,10 +78,16 @@ class PrefixRouter:
                 least = min(self._in_flight[w] for w in workers)
                 eligible = [w for w in workers if self._in_flight[w] <= least + self._max_imbalance]
                 n = len(self.workers)
+                own = set(passage_ids)
+
+                def reusable(w: str) -> int:  # this prompt's passages the worker may hold
+                    path = self._trees[w].longest_prefix(own, foreign=foreign).passage_ids
+                    return sum(pid in own for pid in path)
+
                 worker = max(
                     eligible,
                     key=lambda w: (
-                        len(self._trees[w].longest_prefix(passage_ids).passage_ids),
+                        reusable(w),
                         -self._in_flight[w],
                         -((self.workers.index(w) - turn) % n),
                     ),

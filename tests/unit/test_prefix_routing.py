@@ -25,6 +25,26 @@ def test_a_prompt_goes_where_its_prefix_was_sent() -> None:
         router.release(worker)
 
 
+def test_with_adoption_a_prompt_goes_where_a_prefix_can_bring_its_passages() -> None:
+    router = PrefixRouter(["w0", "w1"])
+    router.tree("w0").insert(["x", "a", "b"])  # a, b behind another question's x
+    router.tree("w1").insert(["a", "z"])
+    plain = router.choose(["a", "b", "c"])
+    router.release(plain)
+    assert plain == "w1"  # without adoption only w1's "a" can be reused
+    adopting = router.choose(["a", "b", "c"], foreign=1)
+    router.release(adopting)
+    assert adopting == "w0"  # x comes along: a and b are reused there
+    # What counts is this prompt's passages reused, not the others brought along: with a, b
+    # on both, neither wins for x (the choice rotates, as between idle workers).
+    router.tree("w1").insert(["a", "b", "q"])
+    tie = []
+    for _ in range(2):
+        tie.append(router.choose(["a", "b", "c"], foreign=1))
+        router.release(tie[-1])
+    assert set(tie) == {"w0", "w1"}
+
+
 def test_load_imbalance_overrides_the_cache() -> None:
     router = PrefixRouter(["w0", "w1"], max_imbalance=1)
     router.tree("w0").insert(["a"])

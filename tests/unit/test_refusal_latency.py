@@ -10,17 +10,22 @@ import time
 
 import pytest
 
-from eval.refusal_latency import parse_arms, renice_group
+from eval.refusal_latency import Arm, parse_arms, renice_group
 
 
-def test_arms_are_server_and_nice() -> None:
-    assert parse_arms("uvloop:0,asyncio:0,uvloop:10") == [
-        ("uvloop", 0),
-        ("asyncio", 0),
-        ("uvloop", 10),
+def test_arms_are_server_nice_and_switch_interval() -> None:
+    arms = parse_arms("uvloop:0,asyncio:0,uvloop:10,uvloop:0:0.5")
+    assert arms == [
+        Arm("uvloop", 0),
+        Arm("asyncio", 0),
+        Arm("uvloop", 10),
+        Arm("uvloop", 0, 0.5),
     ]
-    for bad in ("uvloop", "tornado:0", "uvloop:x"):
-        with pytest.raises(argparse.ArgumentTypeError, match="SERVER:NICE"):
+    # A renice shares the service process; another switch interval needs its own.
+    assert [arm.service for arm in arms] == ["uvloop", "asyncio", "uvloop", "uvloop-switch0.5"]
+    assert arms[3].name == "uvloop:0:0.5"
+    for bad in ("uvloop", "tornado:0", "uvloop:x", "uvloop:0:x", "uvloop:0:1:2"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"SERVER:NICE\[:SWITCH_MS\]"):
             parse_arms(bad)
 
 
