@@ -77,6 +77,10 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level="info",
         timeout_graceful_shutdown=10,
+        # Longer than the idle expiry of client and proxy pools (httpx and HAProxy: 5 s), so
+        # they close an idle connection first: a server closing it at the same moment races
+        # a request just sent on it, which then fails before any response.
+        timeout_keep_alive=args.keep_alive_s,
         # libuv's event loop and the C HTTP parser: a refusal, which is mostly HTTP, takes
         # less time than on asyncio's loop and h11 (eval/refusal_latency.py).
         loop=args.server,
@@ -198,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="uvloop",
         help="uvloop: libuv's event loop and httptools (default); asyncio: the standard "
         "library's loop and h11",
+    )
+    serve.add_argument(
+        "--keep-alive-s",
+        type=int,
+        default=75,
+        help="how long an idle client connection is kept open (default 75 s)",
     )
     serve.add_argument(
         "--gil-switch-ms",

@@ -7,8 +7,8 @@ Workload: questions from SQuAD v1.1 dev (open) and SciFact train drawn Zipf-dist
 topics (a SQuAD question's topic is its gold paragraph, a SciFact claim's its first relevant
 abstract), so that passages recur as they do in real traffic; every prompt carries the same
 system prompt. One index holds both corpora. Every variant answers the same request sequence
-with the service's own pipeline (in-process, no reranker), `--concurrency` requests at a time,
-from a flushed cache:
+with the service's own pipeline (in-process, no reranker, the planner off so that every prompt
+gets `--top-k` passages), `--concurrency` requests at a time, from a flushed cache:
 
 - `a_relevance`: one worker, passages in retrieval order.
 - `b_cache_aware`: one worker, the cache-aware layout (`generation/prefix_order.py`).
@@ -250,6 +250,9 @@ async def _answer_all(
         tokenizer=str(model_dir),
         reranker_model=None,
         answer_cache_ttl_s=0,  # the same questions again measure SGLang's cache, not ours
+        # Layouts compared on the same work: the planner would give fewer passages to the
+        # layout whose prompts it expects to find less cached.
+        planner=False,
         prompt_layout=variant.layout,
         prompt_cache_slack=variant.cache_slack,
         prompt_cache_adopt=variant.cache_adopt,

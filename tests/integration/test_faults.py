@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -139,30 +140,39 @@ def test_redis_down_and_back(
         redis.wait()
 
 
-def test_a_graceful_shutdown_finishes_the_answers_under_way(
-    fake: tuple[str, FakeSGLangState], squad_index: Path, tmp_path: Path
-) -> None:
-    sglang, state = fake
-    state.token_delay_s = 0.4  # five tokens: two seconds of answer
+def _serve(index: Path, sglang: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`answer-service serve` as its own process, once it is ready."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSWER_")}
     env.update(ANSWER_RERANKER_MODEL="", ANSWER_ANSWER_CACHE_TTL_S="0")
     script = Path(sys.executable).with_name("answer-service")
-    command = [str(script), "serve", "--index", str(squad_index), "--port", str(port)]
+    command = [str(script), "serve", "--index", str(index), "--port", str(port)]
     process = subprocess.Popen(
         [*command, "--sglang-url", sglang],
         env=env,
         stdout=(tmp_path / "service.log").open("w"),
         stderr=subprocess.STDOUT,
     )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):  # until it listens (loading the embedder takes seconds)
+        with contextlib.suppress(httpx.ConnectError):
+            wait_ready(url)
+            return process, url
+        if process.poll() is not None:
+            raise AssertionError((tmp_path / "service.log").read_text())
+        time.sleep(0.1)
+    process.kill()
+    process.wait()
+    raise AssertionError("the service did not become ready in 60 s")
+
+
+def test_a_graceful_shutdown_finishes_the_answers_under_way(
+    fake: tuple[str, FakeSGLangState], squad_index: Path, tmp_path: Path
+) -> None:
+    sglang, state = fake
+    state.token_delay_s = 0.4  # five tokens: two seconds of answer
+    process, url = _serve(squad_index, sglang, tmp_path)
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(600):  # until it listens (loading the embedder takes seconds)
-            with contextlib.suppress(httpx.ConnectError):
-                wait_ready(url)
-                break
-            assert process.poll() is None, (tmp_path / "service.log").read_text()
-            time.sleep(0.1)
         body = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 2}
         with httpx.stream("POST", f"{url}/v1/answer", json=body, timeout=30) as response:
             lines = response.iter_lines()
@@ -186,6 +196,29 @@ def test_a_graceful_shutdown_finishes_the_answers_under_way(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_an_idle_keep_alive_connection_outlives_the_clients_pool_expiry(
+    fake: tuple[str, FakeSGLangState], squad_index: Path, tmp_path: Path
+) -> None:
+    """A client (httpx, a proxy's pool) drops its idle connections after ~5 s; a server that
+    closes them at the same 5 s races it: a request sent as the server closes fails with a
+    read error before any response (seen in the soak when the process stalled). The service
+    keeps idle connections longer than such pools, so they close first."""
+    sglang, _ = fake
+    process, url = _serve(squad_index, sglang, tmp_path)
+    request = b"GET /healthz HTTP/1.1\r\nHost: service\r\n\r\n"
+    try:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(6.5)  # idle past httpx's and uvicorn's default 5 s
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
 
 
 def test_a_worker_lost_is_routed_around(
