@@ -239,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     command = [".venv/bin/python", "-m", "eval.refusal_latency", *(argv or sys.argv[1:])]
     summary = {
         "command": " ".join(command),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "config": {
+            **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "arms": [arm.name for arm in args.arms],
+        },
         "probe_budget_ms": PROBE_BUDGET_MS,
         "arms": arms,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
