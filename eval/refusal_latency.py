@@ -178,6 +178,20 @@ async def measure(
     return results
 
 
+def run_summary(args: argparse.Namespace, arms: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """What the run writes: its command and settings, and the measured arms."""
+    return {
+        "command": " ".join([".venv/bin/python", "-m", "eval.refusal_latency", *argv]),
+        "config": {
+            **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "arms": [arm.name for arm in args.arms],
+        },
+        "probe_budget_ms": PROBE_BUDGET_MS,
+        "arms": arms,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -236,17 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(service.stop)
             urls[arm.service] = service.start(needs_reranker=False)
         arms = asyncio.run(measure(urls, pgid, questions, args))
-    command = [".venv/bin/python", "-m", "eval.refusal_latency", *(argv or sys.argv[1:])]
-    summary = {
-        "command": " ".join(command),
-        "config": {
-            **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "arms": [arm.name for arm in args.arms],
-        },
-        "probe_budget_ms": PROBE_BUDGET_MS,
-        "arms": arms,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    summary = run_summary(args, arms, argv or sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from eval.refusal_latency import Arm, parse_arms, renice_group
+from eval.refusal_latency import Arm, parse_arms, renice_group, run_summary
 
 
 def test_arms_are_server_nice_and_switch_interval() -> None:
@@ -27,6 +29,16 @@ def test_arms_are_server_nice_and_switch_interval() -> None:
     for bad in ("uvloop", "tornado:0", "uvloop:x", "uvloop:0:x", "uvloop:0:1:2"):
         with pytest.raises(argparse.ArgumentTypeError, match=r"SERVER:NICE\[:SWITCH_MS\]"):
             parse_arms(bad)
+
+
+def test_the_summary_of_a_run_is_json_with_the_arms_by_name(tmp_path: Path) -> None:
+    args = argparse.Namespace(out=tmp_path / "r.json", arms=parse_arms("uvloop:0,uvloop:0:1"))
+    summary = run_summary(args, {"uvloop:0": {"probes": 1}}, ["--arms", "uvloop:0,uvloop:0:1"])
+    assert json.loads(json.dumps(summary))["config"] == {
+        "out": str(tmp_path / "r.json"),
+        "arms": ["uvloop:0", "uvloop:0:1"],
+    }
+    assert summary["command"].endswith("--arms uvloop:0,uvloop:0:1")
 
 
 def test_renice_reaches_every_thread_of_the_group() -> None:
