@@ -113,7 +113,7 @@ class WorkItem:
     topic: str
 
 
-def _topics(data: Path) -> dict[str, list[WorkItem]]:
+def workload_topics(data: Path) -> dict[str, list[WorkItem]]:
     topics: dict[str, list[WorkItem]] = defaultdict(list)
     for q in read_questions(data / "squad-v1.1-open" / "questions.jsonl"):
         topic = f"squad:{q.gold_passage_id}"
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the workers (and routers), then answer the workload once per variant. The
     orchestration blocks (process starts, cache flushes, metrics scrapes); only the answering
     runs in an event loop, one per variant."""
-    items = zipf_workload(_topics(args.data), args.requests, args.zipf, args.seed)
+    items = zipf_workload(workload_topics(args.data), args.requests, args.zipf, args.seed)
     model_dir = ensure_smollm2_model(SGLangServerConfig().cache_dir)
     chosen = [v for v in VARIANTS if v.name in args.variants]
     results: dict[str, Any] = {}
