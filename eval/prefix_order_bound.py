@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from budget import Deadline
-from eval.prefix_reuse_bench import DATA, WorkItem, workload_topics, zipf_workload
+from eval.prefix_reuse_bench import BENCH_INDEX, DATA, WorkItem, workload_topics, zipf_workload
 from generation.prefix_order import PrefixTree, PromptLayout, order_ids
 from generation.prompt_layout import SYSTEM_PROMPT, ContextPassage, HFChatTemplate, render_passage
 from generation.sglang_server import SGLangServerConfig, ensure_smollm2_model
@@ -143,10 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument(
-        "--index",
-        type=Path,
-        default=Path.home() / ".cache" / "answer-service" / "indexes" / "bench-squad-scifact",
-        help="the prefix-reuse benchmark's index (it builds it)",
+        "--index", type=Path, default=BENCH_INDEX, help="the prefix-reuse benchmark's index"
     )
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--warm-up", type=int, default=120)
