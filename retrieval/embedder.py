@@ -49,6 +49,12 @@ class EmbedderConfig:
     # On these machines bf16 embedded passages 1.7x faster at cosine 0.998 to fp32.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_seq_length: int = 256
+    # Token lengths are padded up to a multiple of this (1: not padded). torch keeps native
+    # memory for every input shape it has run (about 2.5 MiB per sequence length for MiniLM on
+    # the CPU, whatever the allocator), so unpadded queries grew the service's memory with each
+    # new length; buckets bound the shapes to max_seq_length / pad_to_multiple_of, and
+    # `warm_up()` runs each once (docs/benchmarks/embed-shape-buckets.json).
+    pad_to_multiple_of: int = 16
 
 
 def resolve_model_path(model: str) -> str:
@@ -130,9 +136,34 @@ class SentenceTransformerEmbedder:
             raise RetrievalError(f"cannot load embedder {self._config.model!r}: {exc}") from exc
         model.max_seq_length = self._config.max_seq_length
         self._model = model
+        buckets = self._warm_shapes()
         logger.info(
-            "embedder loaded model=%s path=%s device=%s dtype=%s", self.name, path, device, dtype
+            "embedder loaded model=%s path=%s device=%s dtype=%s shapes=%d",
+            self.name,
+            path,
+            device,
+            dtype,
+            buckets,
         )
+
+    def _processing(self) -> dict[str, Any]:
+        multiple = self._config.pad_to_multiple_of
+        return {"text": {"pad_to_multiple_of": multiple}} if multiple > 1 else {}
+
+    def _warm_shapes(self) -> int:
+        """One single-text batch per padded length, so serving meets no new shape (and its
+        first-run cost) and memory is flat from the first query; returns how many ran."""
+        multiple = self._config.pad_to_multiple_of
+        if multiple <= 1:
+            return 0
+        tokenizer = self._model.tokenizer
+        special = len(tokenizer("a")["input_ids"]) - len(
+            tokenizer("a", add_special_tokens=False)["input_ids"]
+        )
+        lengths = range(multiple, self._config.max_seq_length + 1, multiple)
+        for length in lengths:
+            self.encode([" ".join(["a"] * max(1, length - special))], batch_size=1)
+        return len(lengths)
 
     def _loaded(self) -> Any:
         if self._model is None:
@@ -156,5 +187,6 @@ class SentenceTransformerEmbedder:
                 convert_to_numpy=True,
                 normalize_embeddings=True,
                 show_progress_bar=False,
+                processing_kwargs=self._processing(),
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)
