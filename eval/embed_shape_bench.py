@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from eval.latency_stats import percentiles
+from eval.overload_soak import rss_mib
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 QUESTIONS = (
@@ -36,13 +37,6 @@ QUESTIONS = (
     DATA / "nq-open" / "NQ-open.dev.jsonl",
     DATA / "scifact" / "queries.train.jsonl",
 )
-
-
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def _questions(limit: int) -> list[str]:
@@ -58,12 +52,12 @@ def run_arm(pad: int, queries: int, vectors_out: Path) -> dict[str, Any]:
     """One arm in this process (it must be a fresh one for the memory figures)."""
     from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 
-    start = _rss_mib()
+    start = rss_mib()
     embedder = SentenceTransformerEmbedder(EmbedderConfig(pad_to_multiple_of=pad))
     began = time.perf_counter()
     embedder.warm_up()
     warm_s = time.perf_counter() - began
-    warmed = _rss_mib()
+    warmed = rss_mib()
     texts = _questions(queries)
     lengths = {len(embedder.token_spans(text)) for text in texts}
     latencies, vectors = [], []
@@ -72,7 +66,7 @@ def run_arm(pad: int, queries: int, vectors_out: Path) -> dict[str, Any]:
         vectors.append(embedder.encode([text], batch_size=1)[0])
         latencies.append((time.perf_counter() - began) * 1000.0)
     np.save(vectors_out, np.stack(vectors))
-    end = _rss_mib()
+    end = rss_mib()
     half = len(latencies) // 2
     return {
         "pad_to_multiple_of": pad,

@@ -86,6 +86,14 @@ def overload_summary(requests: list[dict[str, Any]], slo_ms: float) -> dict[str,
     }
 
 
+def rss_mib(pid: int | str = "self") -> float:
+    """A process's resident memory (VmRSS), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
 class Sampler:
     """The process's RSS (MiB) and open file descriptors every `every_s`."""
 
@@ -97,12 +105,8 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> tuple[float, float, int]:
-        rss_kib = 0
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss_kib = int(line.split()[1])
         fds = len(os.listdir(f"/proc/{self.pid}/fd"))
-        return time.monotonic(), rss_kib / 1024.0, fds
+        return time.monotonic(), rss_mib(self.pid), fds
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):

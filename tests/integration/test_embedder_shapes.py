@@ -5,22 +5,15 @@ new lengths (up to ~90 tokens) leaves the process's memory where warm-up put it 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from eval.overload_soak import rss_mib
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 
 pytestmark = pytest.mark.integration
-
-
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    raise AssertionError("no VmRSS")
 
 
 def _queries() -> list[str]:
@@ -39,9 +32,9 @@ def test_query_lengths_run_as_warmed_buckets_and_memory_stays_flat() -> None:
     # sentence-transformers calls the model's `forward` itself: hook its token embedding.
     hook = embedder._loaded()[0].auto_model.get_input_embeddings().register_forward_pre_hook(seen)
     try:
-        before = _rss_mib()
+        before = rss_mib()
         padded = np.concatenate([embedder.encode([q], batch_size=1) for q in _queries()])
-        grown = _rss_mib() - before
+        grown = rss_mib() - before
     finally:
         hook.remove()
 
