@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from answer_service.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
 from answer_service.fleet_rate import FleetArrivals
+from answer_service.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.index_watch import IndexWatcher
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
@@ -67,6 +68,7 @@ class Components:
     served_model: str | None = None
     warm_up_error: str | None = None
     reranker_status: str = "not loaded"
+    gc_pauses: GcPauses | None = None
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
     _reranker_task: asyncio.Task[None] | None = field(default=None)
     _watch_task: asyncio.Task[None] | None = field(default=None)
@@ -92,14 +94,16 @@ class Components:
             shared = SharedRequests(redis, maxlen=settings.shared_requests)
         request_log = RequestLog(settings.recent_requests, sink=shared)
         keys = KeyRing(read_api_keys(settings.api_keys_file)) if settings.api_keys_file else None
+        metrics = ServiceMetrics(listeners=(request_log,))
         return cls(
             settings,
             http,
             workers,
             recent,
             provider,
-            ServiceMetrics(listeners=(request_log,)),
+            metrics,
             request_log,
+            gc_pauses=GcPauses(metrics.registry),
             redis=redis,
             shared_requests=shared,
             fleet=FleetArrivals(redis) if redis is not None else None,
@@ -118,6 +122,8 @@ class Components:
         return self.workers[0]
 
     def start_warm_up(self) -> None:
+        if self.gc_pauses is not None:
+            self.gc_pauses.install()
         loop = asyncio.get_running_loop()
         self._warm_up_task = loop.create_task(self._warm_up())
         if self.fleet is not None:
@@ -144,6 +150,8 @@ class Components:
             self.warm_up_error = str(exc)
             logger.error("warm-up failed error=%s", exc)
             return
+        if settings.gc_freeze:  # before it is ready: the full collection stalls everything
+            await asyncio.to_thread(freeze_heap, collect=True)
         config = _pipeline_config(settings, self.served_model)
         self.pipeline = AnswerPipeline(
             self.retriever,
@@ -193,6 +201,8 @@ class Components:
         if self.pipeline is not None:
             config = _pipeline_config(self.settings, self.served_model)
             self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
+        if self.settings.gc_freeze:
+            freeze_heap(collect=False)
         return old
 
     def _store(self, namespace: str, ttl_s: float) -> SharedCache:
@@ -233,6 +243,8 @@ class Components:
         elif self.retriever is not None:
             self.retriever.reranker = reranker
             self.reranker_status = reranker.name
+            if settings.gc_freeze:  # serving by now: freeze without a full collection
+                freeze_heap(collect=False)
 
     async def _served_model(self) -> str:
         """The model SGLang serves; waits for SGLang to come up (readiness says so meanwhile)."""
@@ -280,6 +292,10 @@ class Components:
         if self.redis is not None:
             await self.redis.aclose()
         self.provider.shutdown()
+        if self.gc_pauses is not None:
+            self.gc_pauses.remove()
+        if self.settings.gc_freeze:
+            thaw_heap()
 
 
 def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:

@@ -118,6 +118,11 @@ class Settings(BaseSettings):
     max_citation_sources: int = Field(default=2, ge=1, le=20)
     abstain_below: float = Field(default=ABSTAIN_BELOW, ge=0.0, le=1.0)
 
+    # Freeze the start-up heap out of the garbage collector's walks once warm, so a full
+    # collection does not stall every answer for the ~550k objects torch and the models left
+    # (answer_service/gc_pauses.py).
+    gc_freeze: bool = True
+
     record_content: bool = False
     recent_traces: int = Field(default=500, ge=1)
     # Request summaries kept in memory for the dashboard (`GET /dashboard`), and how often it

@@ -27,7 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from eval.latency_stats import percentiles
 from eval.service_process import ServiceProcess, free_port
@@ -84,6 +86,40 @@ def overload_summary(requests: list[dict[str, Any]], slo_ms: float) -> dict[str,
             r["status"] == "error" and (r["http_status"] or 0) >= 500 for r in requests
         ),
     }
+
+
+def gc_pauses(url: str) -> dict[str, dict[str, Any]]:
+    """The service's garbage-collection pauses so far, from its `/metrics`."""
+    return parse_gc_pauses(httpx.get(f"{url}/metrics", timeout=10.0).text)
+
+
+def parse_gc_pauses(text: str) -> dict[str, dict[str, Any]]:
+    """Per generation, from a Prometheus exposition: how many collections, their total, and
+    the upper bound of the histogram bucket the longest fell in (`max_ms_at_most`)."""
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "answer_gc_pause_seconds":
+            continue
+        for sample in family.samples:
+            generation = sample.labels.get("generation", "")
+            if sample.name.endswith("_count"):
+                counts[generation] = int(sample.value)
+            elif sample.name.endswith("_sum"):
+                totals[generation] = sample.value
+            elif sample.name.endswith("_bucket"):
+                upper = float(sample.labels["le"])
+                buckets.setdefault(generation, []).append((upper, sample.value))
+    summary = {}
+    for generation, count in sorted(counts.items()):
+        reached = [upper for upper, seen in sorted(buckets[generation]) if seen >= count]
+        summary[generation] = {
+            "collections": count,
+            "total_ms": round(totals.get(generation, 0.0) * 1000.0, 1),
+            "max_ms_at_most": reached[0] * 1000.0 if count and reached[0] != float("inf") else None,
+        }
+    return summary
 
 
 def rss_mib(pid: int | str = "self") -> float:
@@ -192,12 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         pid = int((scratch / "service-overload.pid").read_text())
         overload_rate = args.goodput_rps * args.overload_factor
         overload = _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
+        overload_gc = gc_pauses(url)
         with Sampler(pid, args.sample_s) as sampler:
             soak = (
                 _load(url, args, args.goodput_rps, args.soak_s, scratch / "soak.json")
                 if args.soak_s > 0
                 else {"requests": []}
             )
+        soak_gc = gc_pauses(url)
     finally:
         service.stop()
     soak_stats: dict[str, Any] = (
@@ -205,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate_rps": args.goodput_rps,
             **overload_summary(soak["requests"], args.slo_ms),
             **soak_summary(sampler.samples),
+            "gc_pauses_since_start": soak_gc,
         }
         if args.soak_s > 0
         else {}
@@ -216,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "overload": {
             "rate_rps": overload_rate,
             **overload_summary(overload["requests"], args.slo_ms),
+            "gc_pauses_since_start": overload_gc,
         },
         "soak": soak_stats,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -1,10 +1,12 @@
-"""The soak's memory summary (eval/overload_soak.py)."""
+"""The soak's memory and collector-pause summaries (eval/overload_soak.py)."""
 
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from eval.overload_soak import soak_summary
+from answer_service.gc_pauses import GcPauses
+from eval.overload_soak import parse_gc_pauses, soak_summary
 
 
 def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:
@@ -17,3 +19,15 @@ def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:
     assert summary["rss_mib_per_minute"] > 0.3  # the whole run's slope sees the filling
     assert summary["rss_mib_per_minute_second_half"] == 0.0
     assert summary["fds_first_minute"] == summary["fds_last_minute"] == 20
+
+
+def test_collector_pauses_are_read_back_from_the_exposition() -> None:
+    registry = CollectorRegistry()
+    pauses = GcPauses(registry)
+    for seconds in (0.0002, 0.0003, 0.004):
+        pauses.histogram.labels(generation="0").observe(seconds)
+    pauses.histogram.labels(generation="2").observe(0.2)
+    summary = parse_gc_pauses(generate_latest(registry).decode())
+    assert summary["0"] == {"collections": 3, "total_ms": 4.5, "max_ms_at_most": 5.0}
+    assert summary["2"] == {"collections": 1, "total_ms": 200.0, "max_ms_at_most": 250.0}
+    assert summary["1"] == {"collections": 0, "total_ms": 0.0, "max_ms_at_most": None}

@@ -1,0 +1,53 @@
+"""The service freezes its start-up heap out of the collector's walks before it says it is
+ready, times every collection on `/metrics`, and gives the heap back when it shuts down."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.integration.conftest import ServiceFactory
+from tests.support import post_answer, serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def fake_url(chatml_tokenizer_dir: Path) -> Iterator[str]:
+    with serve_in_thread(create_fake_sglang(FakeSGLangState(str(chatml_tokenizer_dir)))) as url:
+        yield url
+
+
+def _pauses(url: str, generation: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(f'answer_gc_pause_seconds_count{{generation="{generation}"}}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"no pause count for generation {generation} on /metrics")
+
+
+def test_ready_service_has_frozen_its_heap(service: ServiceFactory, fake_url: str) -> None:
+    with service(sglang_url=fake_url, planner=False) as url:
+        # The embedder, the index and everything torch and transformers made at import.
+        assert gc.get_freeze_count() > 100_000
+        assert len(gc.get_objects(generation=2)) < gc.get_freeze_count() / 10
+        # The freeze's own full collection was timed, and so is every one after it.
+        full = _pauses(url, "2")
+        assert full >= 1
+        gc.collect(2)
+        assert _pauses(url, "2") >= full + 1
+        response = post_answer(url, {"query": "Who won Super Bowl 50?", "ttft_budget_ms": 5000})
+        assert response.status_code == 200
+    assert gc.get_freeze_count() == 0  # given back on shutdown
+
+
+def test_freeze_is_a_setting(service: ServiceFactory, fake_url: str) -> None:
+    with service(sglang_url=fake_url, planner=False, gc_freeze=False) as url:
+        assert gc.get_freeze_count() == 0
+        young = _pauses(url, "0")  # timed all the same
+        gc.collect(0)
+        assert _pauses(url, "0") >= young + 1
