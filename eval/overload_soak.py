@@ -88,35 +88,42 @@ def overload_summary(requests: list[dict[str, Any]], slo_ms: float) -> dict[str,
     }
 
 
-def gc_pauses(url: str) -> dict[str, dict[str, Any]]:
-    """The service's garbage-collection pauses so far, from its `/metrics`."""
+GcReading = dict[str, dict[float, float]]
+
+
+def gc_pauses(url: str) -> GcReading:
+    """The service's garbage-collection pause histogram so far, from its `/metrics`."""
     return parse_gc_pauses(httpx.get(f"{url}/metrics", timeout=10.0).text)
 
 
-def parse_gc_pauses(text: str) -> dict[str, dict[str, Any]]:
-    """Per generation, from a Prometheus exposition: how many collections, their total, and
-    the upper bound of the histogram bucket the longest fell in (`max_ms_at_most`)."""
-    counts: dict[str, int] = {}
-    totals: dict[str, float] = {}
-    buckets: dict[str, list[tuple[float, float]]] = {}
+def parse_gc_pauses(text: str) -> GcReading:
+    """`answer_gc_pause_seconds` from a Prometheus exposition: per generation, the cumulative
+    count at each bucket's upper bound (s), +Inf's being all of them, and the total at -1."""
+    reading: GcReading = {}
     for family in text_string_to_metric_families(text):
         if family.name != "answer_gc_pause_seconds":
             continue
         for sample in family.samples:
-            generation = sample.labels.get("generation", "")
-            if sample.name.endswith("_count"):
-                counts[generation] = int(sample.value)
+            generation = reading.setdefault(sample.labels.get("generation", ""), {})
+            if sample.name.endswith("_bucket"):
+                generation[float(sample.labels["le"])] = sample.value
             elif sample.name.endswith("_sum"):
-                totals[generation] = sample.value
-            elif sample.name.endswith("_bucket"):
-                upper = float(sample.labels["le"])
-                buckets.setdefault(generation, []).append((upper, sample.value))
+                generation[-1.0] = sample.value
+    return reading
+
+
+def gc_pauses_between(before: GcReading, after: GcReading) -> dict[str, dict[str, Any]]:
+    """Per generation, the collections between two readings: how many, their total, and the
+    upper bound of the bucket the longest fell in (`max_ms_at_most`, None if none)."""
     summary = {}
-    for generation, count in sorted(counts.items()):
-        reached = [upper for upper, seen in sorted(buckets[generation]) if seen >= count]
+    for generation, late in sorted(after.items()):
+        early = before.get(generation, {})
+        delta = {bound: seen - early.get(bound, 0.0) for bound, seen in late.items()}
+        count = delta.get(float("inf"), 0.0)
+        reached = [b for b, seen in sorted(delta.items()) if b >= 0 and seen >= count]
         summary[generation] = {
-            "collections": count,
-            "total_ms": round(totals.get(generation, 0.0) * 1000.0, 1),
+            "collections": int(count),
+            "total_ms": round(delta.get(-1.0, 0.0) * 1000.0, 1),
             "max_ms_at_most": reached[0] * 1000.0 if count and reached[0] != float("inf") else None,
         }
     return summary
@@ -227,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pid = int((scratch / "service-overload.pid").read_text())
         overload_rate = args.goodput_rps * args.overload_factor
+        ready_gc = gc_pauses(url)
         overload = _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
         overload_gc = gc_pauses(url)
         with Sampler(pid, args.sample_s) as sampler:
@@ -243,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate_rps": args.goodput_rps,
             **overload_summary(soak["requests"], args.slo_ms),
             **soak_summary(sampler.samples),
-            "gc_pauses_since_start": soak_gc,
+            "gc_pauses": gc_pauses_between(overload_gc, soak_gc),
         }
         if args.soak_s > 0
         else {}
@@ -255,9 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         "overload": {
             "rate_rps": overload_rate,
             **overload_summary(overload["requests"], args.slo_ms),
-            "gc_pauses_since_start": overload_gc,
+            "gc_pauses": gc_pauses_between(ready_gc, overload_gc),
         },
         "soak": soak_stats,
+        "gc_pauses_start_up": gc_pauses_between({}, ready_gc),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from answer_service.gc_pauses import GcPauses
-from eval.overload_soak import parse_gc_pauses, soak_summary
+from eval.overload_soak import gc_pauses_between, parse_gc_pauses, soak_summary
 
 
 def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:
@@ -21,13 +21,20 @@ def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:
     assert summary["fds_first_minute"] == summary["fds_last_minute"] == 20
 
 
-def test_collector_pauses_are_read_back_from_the_exposition() -> None:
+def test_collector_pauses_between_two_readings_of_the_exposition() -> None:
     registry = CollectorRegistry()
     pauses = GcPauses(registry)
-    for seconds in (0.0002, 0.0003, 0.004):
-        pauses.histogram.labels(generation="0").observe(seconds)
-    pauses.histogram.labels(generation="2").observe(0.2)
-    summary = parse_gc_pauses(generate_latest(registry).decode())
-    assert summary["0"] == {"collections": 3, "total_ms": 4.5, "max_ms_at_most": 5.0}
-    assert summary["2"] == {"collections": 1, "total_ms": 200.0, "max_ms_at_most": 250.0}
-    assert summary["1"] == {"collections": 0, "total_ms": 0.0, "max_ms_at_most": None}
+    young, full = pauses.histogram.labels(generation="0"), pauses.histogram.labels(generation="2")
+    young.observe(0.0002)
+    full.observe(0.2)  # before the first reading: not between them
+    before = parse_gc_pauses(generate_latest(registry).decode())
+    for seconds in (0.0003, 0.004):
+        young.observe(seconds)
+    full.observe(0.04)
+    after = parse_gc_pauses(generate_latest(registry).decode())
+    between = gc_pauses_between(before, after)
+    assert between["0"] == {"collections": 2, "total_ms": 4.3, "max_ms_at_most": 5.0}
+    assert between["2"] == {"collections": 1, "total_ms": 40.0, "max_ms_at_most": 50.0}
+    assert between["1"] == {"collections": 0, "total_ms": 0.0, "max_ms_at_most": None}
+    since_start = gc_pauses_between({}, after)
+    assert since_start["2"] == {"collections": 2, "total_ms": 240.0, "max_ms_at_most": 250.0}
