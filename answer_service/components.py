@@ -201,8 +201,6 @@ class Components:
         if self.pipeline is not None:
             config = _pipeline_config(self.settings, self.served_model)
             self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
-        if self.settings.gc_freeze:
-            freeze_heap(collect=False)
         return old
 
     def _store(self, namespace: str, ttl_s: float) -> SharedCache:
@@ -243,8 +241,6 @@ class Components:
         elif self.retriever is not None:
             self.retriever.reranker = reranker
             self.reranker_status = reranker.name
-            if settings.gc_freeze:  # serving by now: freeze without a full collection
-                freeze_heap(collect=False)
 
     async def _served_model(self) -> str:
         """The model SGLang serves; waits for SGLang to come up (readiness says so meanwhile)."""

@@ -1,16 +1,18 @@
 """The garbage collector's pauses: timed for `/metrics`, and the start-up heap kept out of them.
 
 Every thread stops while CPython collects, the event loop's included. A collection of the
-youngest generations walks only what was allocated since the last one (well under a
+youngest generations walks only what was allocated since the last one (about a
 millisecond here), but a full one walks every tracked object, and after start-up the service
 holds about 550,000 (torch, transformers, sentence-transformers, the index's metadata): one
 full collection took ~235 ms on these cores, a stall of every answer streaming and every
 refusal waiting for the loop. Those objects live as long as the process, so once the service
-is warm they are moved to the collector's permanent generation (`gc.freeze()`), which no
-collection walks; objects made later are collected as before. Frozen objects that a reference
-count frees are still freed: only reference cycles among them would now be kept, and the
-start-up heap holds none that matter (what it drops when an index is swapped is freed by
-count).
+is warm, and before it says it is ready, they are moved to the collector's permanent
+generation (`gc.freeze()`), which no collection walks; objects made later are collected as
+before. Frozen objects that a reference count frees are still freed: only reference cycles
+among them would now be kept, and at that moment nothing is in flight. Only the start-up heap
+is frozen: freezing again while serving would also freeze the requests under way, whose
+frames and tasks do form cycles; what loads later (a reranker, a swapped-in index) holds tens
+of thousands of objects, not hundreds of thousands.
 
 `ANSWER_GC_FREEZE=false` leaves the collector alone. The pause histogram is measured either way.
 """
@@ -67,8 +69,7 @@ class GcPauses:
 
 def freeze_heap(*, collect: bool) -> int:
     """Move every object the collector tracks now to its permanent generation; how many are
-    frozen. `collect` first frees what is already garbage: a full collection, so only where
-    no request can be waiting (before the service says it is ready)."""
+    frozen. `collect` first frees what is already garbage (a full collection)."""
     started = time.perf_counter()
     if collect:
         gc.collect()
