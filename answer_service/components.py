@@ -55,6 +55,7 @@ class Components:
     provider: TracerProvider
     metrics: ServiceMetrics
     request_log: RequestLog
+    gc_pauses: GcPauses
     redis: RedisLink | None = None
     shared_requests: SharedRequests | None = None
     # Every replica's arrival rate, for the planner (with Redis).
@@ -68,7 +69,6 @@ class Components:
     served_model: str | None = None
     warm_up_error: str | None = None
     reranker_status: str = "not loaded"
-    gc_pauses: GcPauses | None = None
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
     _reranker_task: asyncio.Task[None] | None = field(default=None)
     _watch_task: asyncio.Task[None] | None = field(default=None)
@@ -103,7 +103,7 @@ class Components:
             provider,
             metrics,
             request_log,
-            gc_pauses=GcPauses(metrics.registry),
+            GcPauses(metrics.registry),
             redis=redis,
             shared_requests=shared,
             fleet=FleetArrivals(redis) if redis is not None else None,
@@ -122,8 +122,7 @@ class Components:
         return self.workers[0]
 
     def start_warm_up(self) -> None:
-        if self.gc_pauses is not None:
-            self.gc_pauses.install()
+        self.gc_pauses.install()
         loop = asyncio.get_running_loop()
         self._warm_up_task = loop.create_task(self._warm_up())
         if self.fleet is not None:
@@ -288,8 +287,7 @@ class Components:
         if self.redis is not None:
             await self.redis.aclose()
         self.provider.shutdown()
-        if self.gc_pauses is not None:
-            self.gc_pauses.remove()
+        self.gc_pauses.remove()
         if self.settings.gc_freeze:
             thaw_heap()
 

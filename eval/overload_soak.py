@@ -6,6 +6,8 @@
 - soak: the goodput rate for `--soak-s`; the service process's resident memory and open file
   descriptors are sampled every `--sample-s` and should stay flat (first vs last minute,
   and the fitted slope).
+- the garbage collector's pauses per phase (start-up, overload, soak), read from the
+  service's `/metrics` (`answer_gc_pause_seconds`) before and after each.
 
 Both drive the service with `answer-eval load` (eval/load.py). The answer cache is off so
 every request is answered by the pipeline.
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +91,16 @@ def overload_summary(requests: list[dict[str, Any]], slo_ms: float) -> dict[str,
     }
 
 
-GcReading = dict[str, dict[float, float]]
+@dataclass(frozen=True, slots=True)
+class GcHistogram:
+    """One generation's pause histogram as read: cumulative counts by bucket upper bound (s),
+    +Inf's being all of them, and the total time."""
+
+    buckets: dict[float, float]
+    total_s: float = 0.0
+
+
+GcReading = dict[str, GcHistogram]
 
 
 def gc_pauses(url: str) -> GcReading:
@@ -97,19 +109,19 @@ def gc_pauses(url: str) -> GcReading:
 
 
 def parse_gc_pauses(text: str) -> GcReading:
-    """`answer_gc_pause_seconds` from a Prometheus exposition: per generation, the cumulative
-    count at each bucket's upper bound (s), +Inf's being all of them, and the total at -1."""
-    reading: GcReading = {}
+    """`answer_gc_pause_seconds` from a Prometheus exposition, per generation."""
+    buckets: dict[str, dict[float, float]] = {}
+    totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if family.name != "answer_gc_pause_seconds":
             continue
         for sample in family.samples:
-            generation = reading.setdefault(sample.labels.get("generation", ""), {})
+            generation = sample.labels.get("generation", "")
             if sample.name.endswith("_bucket"):
-                generation[float(sample.labels["le"])] = sample.value
+                buckets.setdefault(generation, {})[float(sample.labels["le"])] = sample.value
             elif sample.name.endswith("_sum"):
-                generation[-1.0] = sample.value
-    return reading
+                totals[generation] = sample.value
+    return {g: GcHistogram(counts, totals.get(g, 0.0)) for g, counts in buckets.items()}
 
 
 def gc_pauses_between(before: GcReading, after: GcReading) -> dict[str, dict[str, Any]]:
@@ -117,13 +129,13 @@ def gc_pauses_between(before: GcReading, after: GcReading) -> dict[str, dict[str
     upper bound of the bucket the longest fell in (`max_ms_at_most`, None if none)."""
     summary = {}
     for generation, late in sorted(after.items()):
-        early = before.get(generation, {})
-        delta = {bound: seen - early.get(bound, 0.0) for bound, seen in late.items()}
+        early = before.get(generation, GcHistogram({}))
+        delta = {b: seen - early.buckets.get(b, 0.0) for b, seen in late.buckets.items()}
         count = delta.get(float("inf"), 0.0)
-        reached = [b for b, seen in sorted(delta.items()) if b >= 0 and seen >= count]
+        reached = [b for b, seen in sorted(delta.items()) if seen >= count]
         summary[generation] = {
             "collections": int(count),
-            "total_ms": round(delta.get(-1.0, 0.0) * 1000.0, 1),
+            "total_ms": round((late.total_s - early.total_s) * 1000.0, 1),
             "max_ms_at_most": reached[0] * 1000.0 if count and reached[0] != float("inf") else None,
         }
     return summary
