@@ -65,6 +65,7 @@ class PlanningConfig:
     retrieve_slack: int = 0
     margin_fraction: float = 0.1
     margin_ms: float = 50.0
+    admit_quantile: float = 0.9
     slots_per_worker: int = 1
     tier_weights: tuple[tuple[str, float], ...] = (("premium", 3.0), ("standard", 1.0))
     default_tier: str = "standard"
@@ -150,7 +151,7 @@ class RequestPlanning:
         self.config = config
         # Every replica's arrivals (answer_service/fleet_rate.py), where replicas share Redis.
         self.fleet = fleet
-        self.models = StageModels()
+        self.models = StageModels(admit_quantile=config.admit_quantile)
         self.planner = Planner(
             self.models,
             config.quality,
@@ -201,8 +202,8 @@ class RequestPlanning:
         tracker = PlanTracker(plan, self.config.enabled, tier, budget_ms)
         # Admission: with nothing queued, a plan whose typical time makes the budget is tried
         # (refusing on the p90 refused too many at low load); behind a queue, whose own time
-        # is less certain, only one that makes it with its margins.
-        tracker.admitted = plan.fits or (plan.likely and request.requests_ahead == 0)
+        # is less certain, only one that makes it at the admission quantile with its margins.
+        tracker.admitted = plan.admissible or (plan.likely and request.requests_ahead == 0)
         if not tracker.admitted:
             tracker.idle_floor_ms = self.planner.idle_floor_ms(request)
         return tracker

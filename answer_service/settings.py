@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     # Held back from the time left: the models' misses.
     planner_margin_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
     planner_margin_ms: float = Field(default=50.0, ge=0.0)
+    # The latency quantile a request queued behind others is admitted on (plans are chosen on
+    # the p90): lower admits more of a burst, at some risk to the admitted ones' SLO.
+    planner_admit_quantile: float = Field(default=0.9, ge=0.5, lt=1.0)
     # Prompts each SGLang worker prefills at once; others wait by tenant tier.
     generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
     # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a

@@ -9,7 +9,8 @@ follows drift (another tenant on the cores, a cache that warms up):
   it, and never negative: more work never predicts less time;
 - the intercept is the median residual, so outliers cannot shift it either;
 - the margin is the chosen quantile of the residuals, which is what makes the prediction a high
-  quantile rather than a mean.
+  quantile rather than a mean. A second quantile, `admit_quantile`, is kept beside it for
+  admission (`admit_ms`), which may take a lower one than the plan's choice does.
 
 Until `min_observations` timings have been seen the fit is blended with the prior in proportion
 to how many have. Refitting happens on `observe`, so `predict_ms` is a multiply and an add: the
@@ -21,6 +22,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+
+_NORMAL = statistics.NormalDist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +85,29 @@ class LatencyModel:
     quantile: float = 0.9
     window: int = 128
     min_observations: int = 8
+    # Admission's quantile (`admit_ms`); None: the same as `quantile`.
+    admit_quantile: float | None = None
     _points: deque[tuple[float, float]] = field(init=False)
     _fit: LinearPrior = field(init=False)
+    _admit_q: float = field(init=False)
+    _admit_margin: float = field(init=False)
+    _prior_admit_margin: float = field(init=False)
 
     def __post_init__(self) -> None:
-        if not 0.5 <= self.quantile < 1.0:
-            raise ValueError(f"quantile must be in [0.5, 1), got {self.quantile}")
+        self._admit_q = self.quantile if self.admit_quantile is None else self.admit_quantile
+        for q in (self.quantile, self._admit_q):
+            if not 0.5 <= q < 1.0:
+                raise ValueError(f"quantiles must be in [0.5, 1), got {q}")
         if self.window < 2 or self.min_observations < 1:
             raise ValueError("window must be >= 2 and min_observations >= 1")
         self._points = deque(maxlen=self.window)
         self._fit = self.prior
+        # The prior's margin is for `quantile`; for another quantile it is scaled as a normal
+        # spread would be (z(admit) / z(quantile)), until observations replace it.
+        z = _NORMAL.inv_cdf(self.quantile)
+        ratio = _NORMAL.inv_cdf(self._admit_q) / z if z > 0 else 1.0
+        self._prior_admit_margin = self.prior.margin_ms * ratio
+        self._admit_margin = self._prior_admit_margin
 
     @property
     def observations(self) -> int:
@@ -103,6 +119,10 @@ class LatencyModel:
     def median_ms(self, work: float) -> float:
         return self._fit.median_ms(max(work, 0.0))
 
+    def admit_ms(self, work: float) -> float:
+        """The line lifted to `admit_quantile` rather than `quantile`."""
+        return self._fit.median_ms(max(work, 0.0)) + self._admit_margin
+
     def state(self) -> ModelState:
         fit = self._fit
         return ModelState(fit.intercept_ms, fit.slope_ms, fit.margin_ms, self.observations)
@@ -111,19 +131,25 @@ class LatencyModel:
         if elapsed_ms < 0 or elapsed_ms != elapsed_ms:  # negative or NaN: a clock bug
             return
         self._points.append((max(work, 0.0), elapsed_ms))
-        self._fit = self._refit()
+        self._refit()
 
-    def _refit(self) -> LinearPrior:
+    def _refit(self) -> None:
         points = list(self._points)
         slope = _theil_sen_slope(points)
         slope = self.prior.slope_ms if slope is None else max(slope, 0.0)
         residuals = [y - slope * x for x, y in points]
         intercept = max(statistics.median(residuals), 0.0)
         spread = [r - intercept for r in residuals]
-        margin = max(_quantile(spread, self.quantile), 0.0) if len(points) > 1 else 0.0
+
+        def margin(q: float) -> float:
+            return max(_quantile(spread, q), 0.0) if len(points) > 1 else 0.0
+
         weight = min(1.0, len(points) / self.min_observations)
-        return LinearPrior(
+        self._fit = LinearPrior(
             intercept_ms=weight * intercept + (1 - weight) * self.prior.intercept_ms,
             slope_ms=weight * slope + (1 - weight) * self.prior.slope_ms,
-            margin_ms=weight * margin + (1 - weight) * self.prior.margin_ms,
+            margin_ms=weight * margin(self.quantile) + (1 - weight) * self.prior.margin_ms,
+        )
+        self._admit_margin = (
+            weight * margin(self._admit_q) + (1 - weight) * self._prior_admit_margin
         )

@@ -61,13 +61,17 @@ class StageModels:
 
     priors: StagePriors = field(default_factory=StagePriors)
     quantile: float = 0.9
+    # The quantile admission predicts with (`admit_ms`): plans are chosen on `quantile`.
+    admit_quantile: float = 0.9
     _models: dict[tuple[Stage, str], LatencyModel] = field(default_factory=dict)
 
     def model(self, stage: Stage, worker: str = "") -> LatencyModel:
         key = (stage, worker if stage == "first_token" else "")
         found = self._models.get(key)
         if found is None:
-            found = self._models[key] = LatencyModel(self.priors.of(stage), self.quantile)
+            found = self._models[key] = LatencyModel(
+                self.priors.of(stage), self.quantile, admit_quantile=self.admit_quantile
+            )
         return found
 
     def predict_ms(self, stage: Stage, work: float, worker: str = "") -> float:
@@ -75,6 +79,9 @@ class StageModels:
 
     def median_ms(self, stage: Stage, work: float, worker: str = "") -> float:
         return self.model(stage, worker).median_ms(work)
+
+    def admit_ms(self, stage: Stage, work: float, worker: str = "") -> float:
+        return self.model(stage, worker).admit_ms(work)
 
     def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
         self.model(stage, worker).observe(work, elapsed_ms)
@@ -150,6 +157,9 @@ class Plan:
     # not fit with the margins may still be worth trying; one that does not even fit so is
     # refused (admission).
     likely: bool = True
+    # Whether its time at the models' admission quantile fits with the margins (the same as
+    # `fits` where that quantile is the planning one).
+    admissible: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +320,21 @@ class Planner:
             ),
         )
         fits = times.total <= available
+        likely = fits or self._median_ms(request, depth, passages) <= request.remaining_ms
+        if models.admit_quantile == models.quantile:
+            admissible = fits
+        else:
+            admit_ms = (
+                models.admit_ms("embed", request.query_tokens)
+                + models.admit_ms("search", retrieve_k)
+                + (models.admit_ms("rerank", depth) if depth else 0.0)
+                + models.admit_ms("prompt", passages)
+                + self._queue_ms(request)
+                + models.admit_ms(
+                    "first_token", request.prefill_ahead_tokens + uncached, request.worker
+                )
+            )
+            admissible = admit_ms <= available
         return Plan(
             knobs=Knobs(depth, passages, retrieve_k),
             predicted_ms=times,
@@ -317,7 +342,8 @@ class Planner:
             available_ms=available,
             fits=fits,
             uncached_tokens=uncached,
-            likely=fits or self._median_ms(request, depth, passages) <= request.remaining_ms,
+            likely=likely,
+            admissible=admissible,
         )
 
     def idle_floor_ms(self, request: PlanInput) -> float:

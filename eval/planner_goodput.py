@@ -7,7 +7,8 @@ planner, side by side in one run, on the full stack (real SGLang on the CPU, Smo
 
 Configurations (each a separate `answer-service serve` with its own environment):
 - `deep`: 5 passages, `mid`: 3, `shallow`: 1 (`ANSWER_PLANNER=false`);
-- `planner`: `ANSWER_PLANNER=true`, up to 5 passages.
+- `planner`: `ANSWER_PLANNER=true`, up to 5 passages; `planner_q50`, `_q60`, `_q75`, `_q90`: the
+  same with `ANSWER_PLANNER_ADMIT_QUANTILE` at 0.5 ... 0.9 (to compare admission quantiles).
 No reranker weights can be had on these machines (../shared/notes/models-offline.md), so the
 default configurations do not rerank; `deep_rerank` and `planner_rerank` add a rerank of 20
 candidates with `--reranker` where a real one can be loaded.
@@ -87,6 +88,8 @@ class ServiceConfig:
     planner: bool
     passages: int
     rerank_depth: int
+    # Other `ANSWER_` settings of this configuration (a planner variant).
+    settings: tuple[tuple[str, str], ...] = ()
 
     def environment(self, reranker: str, max_new_tokens: int) -> dict[str, str]:
         """The `ANSWER_` variables of this configuration."""
@@ -96,6 +99,7 @@ class ServiceConfig:
             "ANSWER_RERANK_CANDIDATES": str(max(self.rerank_depth, 1)),
             "ANSWER_RERANKER_MODEL": reranker if self.rerank_depth else "",
             "ANSWER_MAX_NEW_TOKENS": str(max_new_tokens),
+            **dict(self.settings),
         }
 
 
@@ -106,6 +110,17 @@ CONFIGS = {
         ServiceConfig("mid", planner=False, passages=3, rerank_depth=0),
         ServiceConfig("shallow", planner=False, passages=1, rerank_depth=0),
         ServiceConfig("planner", planner=True, passages=5, rerank_depth=0),
+        # The planner admitting requests queued behind others on a lower latency quantile.
+        *(
+            ServiceConfig(
+                f"planner_q{round(q * 100)}",
+                True,
+                5,
+                0,
+                (("ANSWER_PLANNER_ADMIT_QUANTILE", str(q)),),
+            )
+            for q in (0.5, 0.6, 0.75, 0.9)
+        ),
         # Where a reranker with real weights can be loaded (--reranker), not on these machines:
         ServiceConfig("deep_rerank", planner=False, passages=5, rerank_depth=20),
         ServiceConfig("planner_rerank", planner=True, passages=5, rerank_depth=20),

@@ -90,3 +90,31 @@ def test_rejects_bad_settings() -> None:
         LinearPrior(-1.0)
     with pytest.raises(ValueError, match="quantile"):
         LatencyModel(LinearPrior(1.0), quantile=1.0)
+
+
+def test_the_admission_quantile_lies_between_the_median_and_the_planning_quantile() -> None:
+    model = LatencyModel(LinearPrior(0.0, 1.0, 0.0), quantile=0.9, admit_quantile=0.6)
+    rng = random.Random(1)
+    for _ in range(128):
+        work = rng.uniform(0, 1000)
+        model.observe(work, 100.0 + work + rng.expovariate(1 / 200))
+    assert model.median_ms(500) < model.admit_ms(500) < model.predict_ms(500)
+    fresh = [
+        (w, 100.0 + w + rng.expovariate(1 / 200))
+        for w in (rng.uniform(0, 1000) for _ in range(4000))
+    ]
+    under = sum(y <= model.admit_ms(w) for w, y in fresh) / len(fresh)
+    assert 0.52 <= under <= 0.68
+    same = LatencyModel(LinearPrior(10.0, 1.0, 30.0))
+    assert same.admit_ms(5) == same.predict_ms(5) == 45.0
+
+
+def test_the_admission_margin_of_the_prior_is_scaled_as_a_normal_spread() -> None:
+    # 128.16 ms at the p90 is a standard deviation of 100 ms: the p75 is 67.45 over the median.
+    model = LatencyModel(LinearPrior(100.0, 0.0, 128.16), quantile=0.9, admit_quantile=0.75)
+    assert model.admit_ms(0) == pytest.approx(167.45, abs=0.05)
+    assert LatencyModel(LinearPrior(100.0, 0.0, 128.16), admit_quantile=0.5).admit_ms(0) == (
+        pytest.approx(100.0)
+    )
+    with pytest.raises(ValueError, match="quantile"):
+        LatencyModel(LinearPrior(1.0), admit_quantile=0.4)

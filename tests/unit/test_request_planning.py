@@ -91,3 +91,26 @@ def test_the_fleets_arrival_rate_per_worker_shrinks_the_plan() -> None:
     assert theirs.knobs.passages < mine.knobs.passages
     busy_fleet.rate = None  # Redis down or stale: this replica's own rate
     assert shared.arrival_rate_rps() == shared.arrivals.per_second()  # one worker here
+
+
+async def test_behind_a_queue_admission_predicts_at_its_own_quantile() -> None:
+    cache = CacheEstimator()
+    strict, lenient = planning(), planning(admit_quantile=0.5)
+    # A short queue: the median makes 3 s, the p90 does not.
+    held = [await p.gate.acquire(W, "standard", 850) for p in (strict, lenient)]
+    refused = strict.start("q", 5, 3_000, 3_000, "standard", False, cache)
+    admitted = lenient.start("q", 5, 3_000, 3_000, "standard", False, cache)
+    # The same plan, chosen on the p90 (the smallest: no plan fits with its margins) ...
+    assert refused.knobs == admitted.knobs
+    assert refused.knobs.passages == 1
+    assert not refused.plan.fits
+    assert not admitted.plan.fits
+    # ... admitted on the median with the margins, not on the p90.
+    assert not refused.admitted
+    assert admitted.admitted
+    assert admitted.plan.admissible
+    # A long queue is refused at either quantile.
+    for p, slot in zip((strict, lenient), held, strict=True):
+        slot.release()
+        await p.gate.acquire(W, "standard", 20_000)
+    assert not lenient.start("q", 5, 3_000, 3_000, "standard", False, cache).admitted
