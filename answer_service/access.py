@@ -10,12 +10,15 @@
   controls.
 
 It wraps the whole response, streams included, so an open answer counts until its last byte.
+It also times every refusal with Retry-After (429, 503; its own and the routes') from the
+moment the request reaches it to the response's start (`answer_refusal_seconds`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -88,6 +91,22 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
+_SHED_STATUSES = frozenset((429, 503))
+
+
+def _timing_refusals(send: Send, components: Any) -> Send:
+    """`send`, observing the time to a 429 or 503 response since now."""
+    started = time.perf_counter()
+    histogram = components.metrics.refusal
+
+    async def timed(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] in _SHED_STATUSES:
+            histogram.labels(str(message["status"])).observe(time.perf_counter() - started)
+        await send(message)
+
+    return timed
+
+
 class AccessMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -97,6 +116,8 @@ class AccessMiddleware:
             await self.app(scope, receive, send)
             return
         components: Any = scope["app"].state.components
+        if scope["path"].startswith(PROTECTED_PREFIX):
+            send = _timing_refusals(send, components)
         limit = components.settings.max_body_bytes
         length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:

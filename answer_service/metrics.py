@@ -18,6 +18,8 @@ from budget.planner import STAGES
 
 # First tokens and stages: from a few ms (a cached prompt on a GPU) to the CPU's tens of seconds.
 _SECONDS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0)
+# A refusal should take milliseconds: fine steps around the 10 ms it should stay under.
+_REFUSAL_SECONDS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.05, 0.1, 0.5)
 
 
 class RequestListener(Protocol):
@@ -78,6 +80,15 @@ class ServiceMetrics:
             "answer_cached_tokens",
             "Prompt tokens SGLang served from its prefix cache.",
             ("worker",),
+            registry=self.registry,
+        )
+        self.refusal = Histogram(
+            "answer_refusal_seconds",
+            "Time from a request reaching the service to its refusal (429 or 503, with "
+            "Retry-After) handed to the HTTP server, by status: the service's part of what a "
+            "refused client waits.",
+            ("status",),
+            buckets=_REFUSAL_SECONDS,
             registry=self.registry,
         )
 

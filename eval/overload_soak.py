@@ -6,8 +6,10 @@
 - soak: the goodput rate for `--soak-s`; the service process's resident memory and open file
   descriptors are sampled every `--sample-s` and should stay flat (first vs last minute,
   and the fitted slope).
-- the garbage collector's pauses per phase (start-up, overload, soak), read from the
-  service's `/metrics` (`answer_gc_pause_seconds`) before and after each.
+- the garbage collector's pauses per phase (start-up, overload, soak), and the service's own
+  time to each refusal (`service_refusal_ms`: from the request reaching it to the 429/503
+  handed to the HTTP server, bucketed), read from its `/metrics` (`answer_gc_pause_seconds`,
+  `answer_refusal_seconds`) before and after each.
 
 Both drive the service with `answer-eval load` (eval/load.py). The answer cache is off so
 every request is answered by the pipeline.
@@ -92,53 +94,104 @@ def overload_summary(requests: list[dict[str, Any]], slo_ms: float) -> dict[str,
 
 
 @dataclass(frozen=True, slots=True)
-class GcHistogram:
-    """One generation's pause histogram as read: cumulative counts by bucket upper bound (s),
-    +Inf's being all of them, and the total time."""
+class HistogramReading:
+    """One labelled child of a Prometheus histogram as read: cumulative counts by bucket upper
+    bound (s), +Inf's being all of them, and the total time."""
 
     buckets: dict[float, float]
     total_s: float = 0.0
 
 
-GcReading = dict[str, GcHistogram]
+Reading = dict[str, HistogramReading]
 
 
-def gc_pauses(url: str) -> GcReading:
-    """The service's garbage-collection pause histogram so far, from its `/metrics`."""
-    return parse_gc_pauses(httpx.get(f"{url}/metrics", timeout=10.0).text)
+def read_metrics(url: str) -> str:
+    return httpx.get(f"{url}/metrics", timeout=10.0).text
 
 
-def parse_gc_pauses(text: str) -> GcReading:
-    """`answer_gc_pause_seconds` from a Prometheus exposition, per generation."""
+def parse_histogram(text: str, family_name: str, label: str) -> Reading:
+    """A histogram family from a Prometheus exposition, per value of `label`."""
     buckets: dict[str, dict[float, float]] = {}
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "answer_gc_pause_seconds":
+        if family.name != family_name:
             continue
         for sample in family.samples:
-            generation = sample.labels.get("generation", "")
+            value = sample.labels.get(label, "")
             if sample.name.endswith("_bucket"):
-                buckets.setdefault(generation, {})[float(sample.labels["le"])] = sample.value
+                buckets.setdefault(value, {})[float(sample.labels["le"])] = sample.value
             elif sample.name.endswith("_sum"):
-                totals[generation] = sample.value
-    return {g: GcHistogram(counts, totals.get(g, 0.0)) for g, counts in buckets.items()}
+                totals[value] = sample.value
+    return {v: HistogramReading(counts, totals.get(v, 0.0)) for v, counts in buckets.items()}
 
 
-def gc_pauses_between(before: GcReading, after: GcReading) -> dict[str, dict[str, Any]]:
+def parse_gc_pauses(text: str) -> Reading:
+    """`answer_gc_pause_seconds` per generation."""
+    return parse_histogram(text, "answer_gc_pause_seconds", "generation")
+
+
+def parse_refusals(text: str) -> Reading:
+    """`answer_refusal_seconds` (the service's time to a 429/503) per status."""
+    return parse_histogram(text, "answer_refusal_seconds", "status")
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What a histogram child observed between two readings."""
+
+    count: int
+    total_ms: float
+    cumulative: dict[float, float]
+
+    def at_most_ms(self, share: float) -> float | None:
+        """The upper bound (ms) of the bucket holding the `share` quantile; None where nothing
+        was observed or it lies past the last finite bucket."""
+        if not self.count:
+            return None
+        bound = min(b for b, seen in self.cumulative.items() if seen >= share * self.count)
+        return None if bound == float("inf") else bound * 1000.0
+
+
+def _observed(before: Reading, after: Reading) -> dict[str, Observed]:
+    observed = {}
+    for value, late in sorted(after.items()):
+        early = before.get(value, HistogramReading({}))
+        delta = {b: seen - early.buckets.get(b, 0.0) for b, seen in late.buckets.items()}
+        observed[value] = Observed(
+            int(delta.get(float("inf"), 0.0)),
+            round((late.total_s - early.total_s) * 1000.0, 1),
+            delta,
+        )
+    return observed
+
+
+def gc_pauses_between(before: Reading, after: Reading) -> dict[str, dict[str, Any]]:
     """Per generation, the collections between two readings: how many, their total, and the
     upper bound of the bucket the longest fell in (`max_ms_at_most`, None if none)."""
-    summary = {}
-    for generation, late in sorted(after.items()):
-        early = before.get(generation, GcHistogram({}))
-        delta = {b: seen - early.buckets.get(b, 0.0) for b, seen in late.buckets.items()}
-        count = delta.get(float("inf"), 0.0)
-        reached = [b for b, seen in sorted(delta.items()) if seen >= count]
-        summary[generation] = {
-            "collections": int(count),
-            "total_ms": round((late.total_s - early.total_s) * 1000.0, 1),
-            "max_ms_at_most": reached[0] * 1000.0 if count and reached[0] != float("inf") else None,
+    return {
+        generation: {
+            "collections": seen.count,
+            "total_ms": seen.total_ms,
+            "max_ms_at_most": seen.at_most_ms(1.0),
         }
-    return summary
+        for generation, seen in _observed(before, after).items()
+    }
+
+
+def refusals_between(before: Reading, after: Reading) -> dict[str, dict[str, Any]]:
+    """Per status, the refusals the service timed between two readings: how many, their mean,
+    and the bucket bounds their p50, p90, p99 and longest fell under."""
+    return {
+        status: {
+            "refusals": seen.count,
+            "mean_ms": round(seen.total_ms / seen.count, 2) if seen.count else None,
+            **{
+                f"{name}_ms_at_most": seen.at_most_ms(share)
+                for name, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+            },
+        }
+        for status, seen in _observed(before, after).items()
+    }
 
 
 def rss_mib(pid: int | str = "self") -> float:
@@ -246,16 +299,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pid = int((scratch / "service-overload.pid").read_text())
         overload_rate = args.goodput_rps * args.overload_factor
-        ready_gc = gc_pauses(url)
+        ready = read_metrics(url)
         overload = _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
-        overload_gc = gc_pauses(url)
+        overloaded = read_metrics(url)
         with Sampler(pid, args.sample_s) as sampler:
             soak = (
                 _load(url, args, args.goodput_rps, args.soak_s, scratch / "soak.json")
                 if args.soak_s > 0
                 else {"requests": []}
             )
-        soak_gc = gc_pauses(url)
+        soaked = read_metrics(url)
     finally:
         service.stop()
     soak_stats: dict[str, Any] = (
@@ -263,7 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             "rate_rps": args.goodput_rps,
             **overload_summary(soak["requests"], args.slo_ms),
             **soak_summary(sampler.samples),
-            "gc_pauses": gc_pauses_between(overload_gc, soak_gc),
+            "service_refusal_ms": refusals_between(
+                parse_refusals(overloaded), parse_refusals(soaked)
+            ),
+            "gc_pauses": gc_pauses_between(parse_gc_pauses(overloaded), parse_gc_pauses(soaked)),
         }
         if args.soak_s > 0
         else {}
@@ -275,10 +331,13 @@ def main(argv: list[str] | None = None) -> int:
         "overload": {
             "rate_rps": overload_rate,
             **overload_summary(overload["requests"], args.slo_ms),
-            "gc_pauses": gc_pauses_between(ready_gc, overload_gc),
+            "service_refusal_ms": refusals_between(
+                parse_refusals(ready), parse_refusals(overloaded)
+            ),
+            "gc_pauses": gc_pauses_between(parse_gc_pauses(ready), parse_gc_pauses(overloaded)),
         },
         "soak": soak_stats,
-        "gc_pauses_start_up": gc_pauses_between({}, ready_gc),
+        "gc_pauses_start_up": gc_pauses_between({}, parse_gc_pauses(ready)),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

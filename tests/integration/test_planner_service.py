@@ -116,11 +116,18 @@ def test_a_budget_the_queue_makes_impossible_is_503_with_retry_after(
             refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": int(floor_ms * 1.3)})
             refused_s = time.perf_counter() - started
             assert holding.result().status_code == 200
+        samples = _samples(url)
     assert refused.status_code == 503, refused.text
     assert refused.json()["error"]["code"] == "overloaded"
     assert int(refused.headers["Retry-After"]) >= 1
     assert refused_s < 1.0
     assert len(state.requests) == 1
+    # The service timed its part of the refusal (the 422 for the floor is not a refusal for
+    # load, and the 200s are not refusals at all).
+    shed = (("status", "503"),)
+    assert samples[("answer_refusal_seconds_count", shed)] == 1
+    assert 0 < samples[("answer_refusal_seconds_sum", shed)] <= refused_s
+    assert ("answer_refusal_seconds_count", (("status", "422"),)) not in samples
 
 
 def test_the_planner_off_fixes_the_configuration(

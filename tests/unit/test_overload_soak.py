@@ -1,4 +1,4 @@
-"""The soak's memory and collector-pause summaries (eval/overload_soak.py)."""
+"""The soak's memory, collector-pause and refusal-time summaries (eval/overload_soak.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from answer_service.gc_pauses import GcPauses
-from eval.overload_soak import gc_pauses_between, parse_gc_pauses, soak_summary
+from answer_service.metrics import ServiceMetrics
+from eval.overload_soak import (
+    gc_pauses_between,
+    parse_gc_pauses,
+    parse_refusals,
+    refusals_between,
+    soak_summary,
+)
 
 
 def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:
@@ -38,3 +45,26 @@ def test_collector_pauses_between_two_readings_of_the_exposition() -> None:
     assert between["1"] == {"collections": 0, "total_ms": 0.0, "max_ms_at_most": None}
     since_start = gc_pauses_between({}, after)
     assert since_start["2"] == {"collections": 2, "total_ms": 240.0, "max_ms_at_most": 250.0}
+
+
+def test_the_services_refusal_times_between_two_readings() -> None:
+    metrics = ServiceMetrics()
+    shed = metrics.refusal.labels("503")
+    shed.observe(0.8)  # before the first reading
+    before = parse_refusals(metrics.exposition().decode())
+    for ms in [1.5] * 90 + [4.0] * 9 + [12.0]:  # p50 and p90 under 2 ms, p99 under 5, one 12
+        shed.observe(ms / 1000.0)
+    metrics.refusal.labels("429").observe(0.0008)
+    after = parse_refusals(metrics.exposition().decode())
+    between = refusals_between(before, after)
+    assert between["503"] == {
+        "refusals": 100,
+        "mean_ms": 1.83,
+        "p50_ms_at_most": 2.0,
+        "p90_ms_at_most": 2.0,
+        "p99_ms_at_most": 5.0,
+        "max_ms_at_most": 15.0,
+    }
+    assert between["429"]["refusals"] == 1
+    assert between["429"]["max_ms_at_most"] == 1.0
+    assert refusals_between({}, after)["503"]["max_ms_at_most"] is None  # 800 ms: past 500 ms
