@@ -325,6 +325,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
             margin_fraction=settings.planner_margin_fraction,
             margin_ms=settings.planner_margin_ms,
             admit_quantile=settings.planner_admit_quantile,
+            burst_window_s=settings.planner_burst_window_s,
             slots_per_worker=settings.generation_slots_per_worker,
             tier_weights=tuple(settings.tier_weights.items()),
             default_tier=settings.default_tier,

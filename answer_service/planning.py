@@ -66,6 +66,7 @@ class PlanningConfig:
     margin_fraction: float = 0.1
     margin_ms: float = 50.0
     admit_quantile: float = 0.9
+    burst_window_s: float = 5.0
     slots_per_worker: int = 1
     tier_weights: tuple[tuple[str, float], ...] = (("premium", 3.0), ("standard", 1.0))
     default_tier: str = "standard"
@@ -162,7 +163,7 @@ class RequestPlanning:
                 margin_ms=config.margin_ms,
             ),
         )
-        self.arrivals = ArrivalRate()
+        self.arrivals = ArrivalRate(burst_window_s=config.burst_window_s)
         self.workers = max(len(workers), 1)
         self.gate = GenerationGate(
             workers, config.slots_per_worker, dict(config.tier_weights), config.tier_max_wait_ms

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # The latency quantile a request queued behind others is admitted on (plans are chosen on
     # the p90): lower admits more of a burst, at some risk to the admitted ones' SLO.
     planner_admit_quantile: float = Field(default=0.9, ge=0.5, lt=1.0)
+    # The arrival rate the planner sizes prefills by is the higher of the last 30 s's and the
+    # last `planner_burst_window_s`'s (30: the steady rate alone).
+    planner_burst_window_s: float = Field(default=5.0, gt=0.0, le=30.0)
     # Prompts each SGLang worker prefills at once; others wait by tenant tier.
     generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
     # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a

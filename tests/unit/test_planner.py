@@ -215,7 +215,7 @@ def test_a_high_arrival_rate_keeps_prefills_short() -> None:
 
 def test_arrival_rate_over_a_sliding_window() -> None:
     now = [0.0]
-    rate = ArrivalRate(window_s=10.0, clock=lambda: now[0])
+    rate = ArrivalRate(window_s=10.0, burst_window_s=10.0, clock=lambda: now[0])
     assert rate.per_second() == 0.0
     for step in range(50):  # 2 per second for 25 s
         now[0] = step * 0.5
@@ -223,6 +223,24 @@ def test_arrival_rate_over_a_sliding_window() -> None:
     assert rate.per_second() == pytest.approx(2.0, abs=0.11)
     now[0] = 40.0
     assert rate.per_second() == 0.0
+
+
+def test_a_burst_shows_in_the_arrival_rate_within_seconds() -> None:
+    now = [0.0]
+    rate = ArrivalRate(window_s=30.0, burst_window_s=5.0, clock=lambda: now[0])
+    for step in range(30):  # 0.5 per second for a minute
+        now[0] = step * 2.0
+        rate.mark()
+    now[0] = 60.0
+    assert rate.per_second() == pytest.approx(0.5, abs=0.04)
+    for step in range(15):  # then 3 per second
+        now[0] = 60.0 + step / 3.0
+        rate.mark()
+    now[0] = 64.9  # 15 arrivals in the last 5 s
+    # The 30-s window alone would say (12 + 15) / 30 = 0.9.
+    assert rate.per_second() == pytest.approx(3.0, abs=0.01)
+    with pytest.raises(ValueError, match="burst_window_s"):
+        ArrivalRate(window_s=5.0, burst_window_s=10.0)
 
 
 def test_a_plan_that_misses_only_with_its_margins_is_still_likely() -> None:
