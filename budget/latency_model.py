@@ -56,9 +56,9 @@ class ModelState:
     observations: int
 
 
-def _quantile(values: list[float], q: float) -> float:
-    """The `q` quantile of `values` by linear interpolation between order statistics."""
-    ordered = sorted(values)
+def _quantile(ordered: list[float], q: float) -> float:
+    """The `q` quantile of the sorted `ordered` by linear interpolation between order
+    statistics."""
     position = q * (len(ordered) - 1)
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
@@ -139,7 +139,7 @@ class LatencyModel:
         slope = self.prior.slope_ms if slope is None else max(slope, 0.0)
         residuals = [y - slope * x for x, y in points]
         intercept = max(statistics.median(residuals), 0.0)
-        spread = [r - intercept for r in residuals]
+        spread = sorted(r - intercept for r in residuals)
 
         def margin(q: float) -> float:
             return max(_quantile(spread, q), 0.0) if len(points) > 1 else 0.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,6 +25,8 @@ from budget.latency_model import LatencyModel, LinearPrior, ModelState
 
 Stage = Literal["embed", "search", "rerank", "prompt", "first_token"]
 STAGES: tuple[Stage, ...] = ("embed", "search", "rerank", "prompt", "first_token")
+# A stage's estimated time for an amount of work on a worker (`StageModels.median_ms`, ...).
+StageEstimate = Callable[[Stage, float, str], float]
 
 
 _EMBED = LinearPrior(6.0, 0.07, 15.0)
@@ -320,21 +322,12 @@ class Planner:
             ),
         )
         fits = times.total <= available
-        likely = fits or self._median_ms(request, depth, passages) <= request.remaining_ms
-        if models.admit_quantile == models.quantile:
-            admissible = fits
-        else:
-            admit_ms = (
-                models.admit_ms("embed", request.query_tokens)
-                + models.admit_ms("search", retrieve_k)
-                + (models.admit_ms("rerank", depth) if depth else 0.0)
-                + models.admit_ms("prompt", passages)
-                + self._queue_ms(request)
-                + models.admit_ms(
-                    "first_token", request.prefill_ahead_tokens + uncached, request.worker
-                )
-            )
-            admissible = admit_ms <= available
+        likely = fits or self._total_ms(request, depth, passages, models.median_ms) <= (
+            request.remaining_ms
+        )
+        admissible = fits
+        if models.admit_quantile != models.quantile:
+            admissible = self._total_ms(request, depth, passages, models.admit_ms) <= available
         return Plan(
             knobs=Knobs(depth, passages, retrieve_k),
             predicted_ms=times,
@@ -350,7 +343,7 @@ class Planner:
         """The typical (median) time of the smallest plan with nothing queued ahead: a budget
         under it cannot be met however idle the service is."""
         idle = dataclasses.replace(request, prefill_ahead_tokens=0.0, requests_ahead=0.0)
-        return self._median_ms(idle, 0, 1)
+        return self._total_ms(idle, 0, 1, self.models.median_ms)
 
     def _queue_ms(self, request: PlanInput) -> float:
         """The fixed part of the first-token time of each request queued ahead."""
@@ -359,16 +352,17 @@ class Planner:
         fixed_ms = self.models.median_ms("first_token", 0.0, request.worker)
         return request.requests_ahead * max(fixed_ms, 0.0)
 
-    def _median_ms(self, request: PlanInput, depth: int, passages: int) -> float:
-        models = self.models
+    def _total_ms(self, request: PlanInput, depth: int, passages: int, at: StageEstimate) -> float:
+        """A plan's time to first token with each stage estimated by `at` (the models' median
+        or admission quantile); the queue's fixed part is always its median."""
         retrieve_k = max(depth, passages + self.config.retrieve_slack)
         ahead = request.prefill_ahead_tokens + self._uncached(request, passages)
         return (
-            models.median_ms("embed", request.query_tokens)
-            + models.median_ms("search", retrieve_k)
-            + (models.median_ms("rerank", depth) if depth else 0.0)
-            + models.median_ms("prompt", passages)
-            + models.median_ms("first_token", ahead, request.worker)
+            at("embed", request.query_tokens, "")
+            + at("search", retrieve_k, "")
+            + (at("rerank", depth, "") if depth else 0.0)
+            + at("prompt", passages, "")
+            + at("first_token", ahead, request.worker)
             + self._queue_ms(request)
         )
 
