@@ -322,9 +322,8 @@ class Planner:
             ),
         )
         fits = times.total <= available
-        likely = fits or self._total_ms(request, depth, passages, models.median_ms) <= (
-            request.remaining_ms
-        )
+        typical_ms = self._total_ms(request, depth, passages, models.median_ms)
+        likely = fits or typical_ms <= request.remaining_ms
         admissible = fits
         if models.admit_quantile != models.quantile:
             admissible = self._total_ms(request, depth, passages, models.admit_ms) <= available
