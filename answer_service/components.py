@@ -20,6 +20,7 @@ from answer_service.caches import AnswerCache, EmbeddingCache, SharedCache, fing
 from answer_service.fleet_rate import FleetArrivals
 from answer_service.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.index_watch import IndexWatcher
+from answer_service.loop_lag import LoopLag
 from answer_service.metrics import ServiceMetrics
 from answer_service.pipeline import AnswerPipeline, PipelineConfig
 from answer_service.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
@@ -56,6 +57,7 @@ class Components:
     metrics: ServiceMetrics
     request_log: RequestLog
     gc_pauses: GcPauses
+    loop_lag: LoopLag
     redis: RedisLink | None = None
     shared_requests: SharedRequests | None = None
     # Every replica's arrival rate, for the planner (with Redis).
@@ -73,6 +75,7 @@ class Components:
     _reranker_task: asyncio.Task[None] | None = field(default=None)
     _watch_task: asyncio.Task[None] | None = field(default=None)
     _fleet_task: asyncio.Task[None] | None = field(default=None)
+    _lag_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, settings: Settings) -> Components:
@@ -104,6 +107,7 @@ class Components:
             metrics,
             request_log,
             GcPauses(metrics.registry),
+            LoopLag(metrics.registry),
             redis=redis,
             shared_requests=shared,
             fleet=FleetArrivals(redis) if redis is not None else None,
@@ -125,6 +129,7 @@ class Components:
         self.gc_pauses.install()
         loop = asyncio.get_running_loop()
         self._warm_up_task = loop.create_task(self._warm_up())
+        self._lag_task = loop.create_task(self.loop_lag.run())
         if self.fleet is not None:
             self._fleet_task = loop.create_task(self.fleet.run())
 
@@ -270,7 +275,13 @@ class Components:
         return [w.base_url for w, ok in zip(self.workers, healthy, strict=True) if not ok]
 
     async def aclose(self) -> None:
-        tasks = (self._warm_up_task, self._reranker_task, self._watch_task, self._fleet_task)
+        tasks = (
+            self._warm_up_task,
+            self._reranker_task,
+            self._watch_task,
+            self._fleet_task,
+            self._lag_task,
+        )
         for task in tasks:
             if task is not None and not task.done():
                 task.cancel()

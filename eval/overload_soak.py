@@ -6,10 +6,11 @@
 - soak: the goodput rate for `--soak-s`; the service process's resident memory and open file
   descriptors are sampled every `--sample-s` and should stay flat (first vs last minute,
   and the fitted slope).
-- the garbage collector's pauses per phase (start-up, overload, soak), and the service's own
+- the garbage collector's pauses per phase (start-up, overload, soak), the service's own
   time to each refusal (`service_refusal_ms`: from the request reaching it to the 429/503
-  handed to the HTTP server, bucketed), read from its `/metrics` (`answer_gc_pause_seconds`,
-  `answer_refusal_seconds`) before and after each.
+  handed to the HTTP server, bucketed) and how late its event loop ran what was due
+  (`loop_lag_ms`), read from its `/metrics` (`answer_gc_pause_seconds`,
+  `answer_refusal_seconds`, `answer_event_loop_lag_seconds`) before and after each.
 
 Both drive the service with `answer-eval load` (eval/load.py). The answer cache is off so
 every request is answered by the pipeline.
@@ -68,6 +69,13 @@ def _load(
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def _schedule_lag(load: dict[str, Any]) -> dict[str, float] | None:
+    """How late the load generator sent its requests (its own loop's lateness, on the cores it
+    shares with the service): part of every client-side time it reports."""
+    rates = load.get("metrics", {}).get("rates", [])
+    return rates[0].get("schedule_lag_ms") if rates else None
 
 
 def overload_summary(requests: list[dict[str, Any]], slo_ms: float) -> dict[str, Any]:
@@ -135,6 +143,11 @@ def parse_refusals(text: str) -> Reading:
     return parse_histogram(text, "answer_refusal_seconds", "status")
 
 
+def parse_loop_lag(text: str) -> Reading:
+    """`answer_event_loop_lag_seconds` (unlabelled: one child, under "")."""
+    return parse_histogram(text, "answer_event_loop_lag_seconds", "")
+
+
 @dataclass(frozen=True, slots=True)
 class Observed:
     """What a histogram child observed between two readings."""
@@ -178,20 +191,31 @@ def gc_pauses_between(before: Reading, after: Reading) -> dict[str, dict[str, An
     }
 
 
-def refusals_between(before: Reading, after: Reading) -> dict[str, dict[str, Any]]:
-    """Per status, the refusals the service timed between two readings: how many, their mean,
-    and the bucket bounds their p50, p90, p99 and longest fell under."""
+def _spread(seen: Observed) -> dict[str, Any]:
+    """The mean and the bucket bounds the p50, p90, p99 and longest fell under."""
     return {
-        status: {
-            "refusals": seen.count,
-            "mean_ms": round(seen.total_ms / seen.count, 2) if seen.count else None,
-            **{
-                f"{name}_ms_at_most": seen.at_most_ms(share)
-                for name, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
-            },
-        }
+        "mean_ms": round(seen.total_ms / seen.count, 2) if seen.count else None,
+        **{
+            f"{name}_ms_at_most": seen.at_most_ms(share)
+            for name, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+        },
+    }
+
+
+def refusals_between(before: Reading, after: Reading) -> dict[str, dict[str, Any]]:
+    """Per status, the refusals the service timed between two readings: how many and their
+    spread."""
+    return {
+        status: {"refusals": seen.count, **_spread(seen)}
         for status, seen in _observed(before, after).items()
     }
+
+
+def loop_lag_between(before: Reading, after: Reading) -> dict[str, Any] | None:
+    """The event loop's lateness sampled between two readings (`answer_event_loop_lag_seconds`):
+    how many samples and their spread; None where the service exports none."""
+    seen = _observed(before, after).get("")
+    return {"samples": seen.count, **_spread(seen)} if seen is not None else None
 
 
 def rss_mib(pid: int | str = "self") -> float:
@@ -315,11 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         {
             "rate_rps": args.goodput_rps,
             **overload_summary(soak["requests"], args.slo_ms),
+            "client_schedule_lag_ms": _schedule_lag(soak),
             **soak_summary(sampler.samples),
             "service_refusal_ms": refusals_between(
                 parse_refusals(overloaded), parse_refusals(soaked)
             ),
             "gc_pauses": gc_pauses_between(parse_gc_pauses(overloaded), parse_gc_pauses(soaked)),
+            "loop_lag_ms": loop_lag_between(parse_loop_lag(overloaded), parse_loop_lag(soaked)),
         }
         if args.soak_s > 0
         else {}
@@ -331,10 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         "overload": {
             "rate_rps": overload_rate,
             **overload_summary(overload["requests"], args.slo_ms),
+            "client_schedule_lag_ms": _schedule_lag(overload),
             "service_refusal_ms": refusals_between(
                 parse_refusals(ready), parse_refusals(overloaded)
             ),
             "gc_pauses": gc_pauses_between(parse_gc_pauses(ready), parse_gc_pauses(overloaded)),
+            "loop_lag_ms": loop_lag_between(parse_loop_lag(ready), parse_loop_lag(overloaded)),
         },
         "soak": soak_stats,
         "gc_pauses_start_up": gc_pauses_between({}, parse_gc_pauses(ready)),

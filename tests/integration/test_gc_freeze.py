@@ -1,9 +1,11 @@
 """The service freezes its start-up heap out of the collector's walks before it says it is
-ready, times every collection on `/metrics`, and gives the heap back when it shuts down."""
+ready, times every collection on `/metrics`, and gives the heap back when it shuts down; and
+it samples how late its event loop runs, which collections are one cause of."""
 
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +53,19 @@ def test_freeze_is_a_setting(service: ServiceFactory, fake_url: str) -> None:
         young = _pauses(url, "0")  # timed all the same
         gc.collect(0)
         assert _pauses(url, "0") >= young + 1
+
+
+def _lag_samples(url: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("answer_event_loop_lag_seconds_count"):
+            return float(line.split()[-1])
+    raise AssertionError("no event-loop lag on /metrics")
+
+
+def test_the_event_loops_lag_is_sampled_while_serving(
+    service: ServiceFactory, fake_url: str
+) -> None:
+    with service(sglang_url=fake_url, planner=False) as url:
+        before = _lag_samples(url)
+        time.sleep(0.5)
+        assert _lag_samples(url) >= before + 10  # every 20 ms

@@ -6,10 +6,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from answer_service.gc_pauses import GcPauses
+from answer_service.loop_lag import LoopLag
 from answer_service.metrics import ServiceMetrics
 from eval.overload_soak import (
     gc_pauses_between,
+    loop_lag_between,
     parse_gc_pauses,
+    parse_loop_lag,
     parse_refusals,
     refusals_between,
     soak_summary,
@@ -68,3 +71,30 @@ def test_the_services_refusal_times_between_two_readings() -> None:
     assert between["429"]["refusals"] == 1
     assert between["429"]["max_ms_at_most"] == 1.0
     assert refusals_between({}, after)["503"]["max_ms_at_most"] is None  # 800 ms: past 500 ms
+
+
+def test_the_event_loops_lag_between_two_readings() -> None:
+    registry = CollectorRegistry()
+    lag = LoopLag(registry)
+    assert loop_lag_between({}, parse_loop_lag(generate_latest(registry).decode())) == {
+        "samples": 0,
+        "mean_ms": None,
+        "p50_ms_at_most": None,
+        "p90_ms_at_most": None,
+        "p99_ms_at_most": None,
+        "max_ms_at_most": None,
+    }
+    lag.histogram.observe(0.2)  # before the first reading
+    before = parse_loop_lag(generate_latest(registry).decode())
+    for ms in [0.3] * 95 + [6.0] * 4 + [40.0]:
+        lag.histogram.observe(ms / 1000.0)
+    between = loop_lag_between(before, parse_loop_lag(generate_latest(registry).decode()))
+    assert between == {
+        "samples": 100,
+        "mean_ms": 0.93,
+        "p50_ms_at_most": 0.5,
+        "p90_ms_at_most": 0.5,
+        "p99_ms_at_most": 7.5,
+        "max_ms_at_most": 50.0,
+    }
+    assert loop_lag_between({}, {}) is None  # a service that exports none
