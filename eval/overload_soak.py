@@ -11,6 +11,10 @@
   handed to the HTTP server, bucketed) and how late its event loop ran what was due
   (`loop_lag_ms`), read from its `/metrics` (`answer_gc_pause_seconds`,
   `answer_refusal_seconds`, `answer_event_loop_lag_seconds`) before and after each.
+- in the overload, each response's time on the wire (`wire_ms`, by status: from the
+  request's first bytes on the loopback interface to its response's, by the kernel's clock;
+  eval/wire_timing.py, as root): what the service host takes, without the load generator's
+  own waits on the cores it shares (`--no-wire` to skip).
 
 Both drive the service with `answer-eval load` (eval/load.py). The answer cache is off so
 every request is answered by the pipeline.
@@ -29,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eval.latency_stats import percentiles
 from eval.service_process import ServiceProcess, free_port
+from eval.wire_timing import Exchange, LoopbackCapture, exchanges
 
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad-v1.1-open"
 
@@ -218,6 +224,43 @@ def loop_lag_between(before: Reading, after: Reading) -> dict[str, Any] | None:
     return {"samples": seen.count, **_spread(seen)} if seen is not None else None
 
 
+def wire_summary(seen: list[Exchange]) -> dict[str, dict[str, Any]]:
+    """Per response status, how many exchanges and the wire time from request to response
+    start (ms): for a refusal its whole time in the service host, for a 200 stream the time to
+    its headers (its sources come after)."""
+    statuses = sorted({e.status for e in seen}, key=str)
+    return {
+        str(status): {
+            "count": sum(e.status == status for e in seen),
+            **percentiles([e.ms for e in seen if e.status == status], (50, 90, 95, 99)),
+            "max": round(max(e.ms for e in seen if e.status == status), 3),
+        }
+        for status in statuses
+    }
+
+
+class _Wire:
+    """The loopback capture around a phase where permitted (root or CAP_NET_RAW); else the
+    reason it is not, in the summary."""
+
+    def __init__(self, port: int, wanted: bool) -> None:
+        self.port, self.wanted = port, wanted
+
+    def phase(
+        self, run: Callable[[], dict[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Any] | str]:
+        if not self.wanted:
+            return run(), "not asked for (--no-wire)"
+        try:
+            capture = LoopbackCapture(self.port)
+        except PermissionError as exc:
+            return run(), f"no capture: {exc} (needs root or CAP_NET_RAW)"
+        with capture:
+            result = run()
+            time.sleep(0.5)  # the last responses' packets
+        return result, wire_summary(exchanges(capture.packets))
+
+
 def rss_mib(pid: int | str = "self") -> float:
     """A process's resident memory (VmRSS), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -295,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
+        "--no-wire",
+        dest="wire",
+        action="store_false",
+        help="do not time responses on the loopback interface (eval/wire_timing.py)",
+    )
+    parser.add_argument(
         "--service-env",
         action="append",
         default=[],
@@ -311,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     env.update(item.split("=", 1) for item in args.service_env)
     scratch = Path(tempfile.mkdtemp(prefix="overload-soak-"))
+    port = free_port()
+    wire = _Wire(port, args.wire)
     service = ServiceProcess(
         "overload",
-        port=free_port(),
+        port=port,
         index_dir=args.index,
         sglang_url=args.sglang_url,
         env=env,
@@ -324,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         pid = int((scratch / "service-overload.pid").read_text())
         overload_rate = args.goodput_rps * args.overload_factor
         ready = read_metrics(url)
-        overload = _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
+        overload, overload_wire = wire.phase(
+            lambda: _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
+        )
         overloaded = read_metrics(url)
         with Sampler(pid, args.sample_s) as sampler:
             soak = (
@@ -358,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate_rps": overload_rate,
             **overload_summary(overload["requests"], args.slo_ms),
             "client_schedule_lag_ms": _schedule_lag(overload),
+            "wire_ms": overload_wire,
             "service_refusal_ms": refusals_between(
                 parse_refusals(ready), parse_refusals(overloaded)
             ),
