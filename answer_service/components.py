@@ -107,7 +107,7 @@ class Components:
             metrics,
             request_log,
             GcPauses(metrics.registry),
-            LoopLag(metrics.registry),
+            LoopLag(metrics.registry, stall_s=settings.loop_stall_ms / 1000.0),
             redis=redis,
             shared_requests=shared,
             fleet=FleetArrivals(redis) if redis is not None else None,

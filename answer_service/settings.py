@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     # collection does not stall every answer for the ~550k objects torch and the models left
     # (answer_service/gc_pauses.py).
     gc_freeze: bool = True
+    # Log the event loop's stack when it is kept this long past due (0: off;
+    # answer_service/loop_lag.py).
+    loop_stall_ms: int = Field(default=0, ge=0)
 
     record_content: bool = False
     recent_traces: int = Field(default=500, ge=1)

@@ -4,6 +4,8 @@ shows up as lag, a loop left free does not."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 
 import pytest
@@ -61,3 +63,32 @@ def test_a_free_loop_has_no_lag_to_speak_of() -> None:
 def test_the_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="every_s"):
         LoopLag(CollectorRegistry(), every_s=0)
+    with pytest.raises(ValueError, match="stall_s"):
+        LoopLag(CollectorRegistry(), stall_s=-1)
+
+
+def test_a_stall_is_logged_once_with_the_stack_that_kept_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = CollectorRegistry()
+    lag = LoopLag(registry, every_s=0.01, stall_s=0.04)
+    with caplog.at_level(logging.WARNING, logger="answer_service.loop_lag"):
+        asyncio.run(_sample_while(lag, 0.3, blocking=True))
+    stalls = [r for r in caplog.records if "event loop stalled" in r.getMessage()]
+    assert len(stalls) == 1  # one stall, however long it went on
+    assert "in _compute" in stalls[0].getMessage()
+    assert registry.get_sample_value("answer_event_loop_stalls_total") == 1
+
+
+def test_no_stall_is_reported_on_a_free_loop_or_when_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    free, off = CollectorRegistry(), CollectorRegistry()
+    with caplog.at_level(logging.WARNING, logger="answer_service.loop_lag"):
+        asyncio.run(_sample_while(LoopLag(free, every_s=0.01, stall_s=0.04), 0.3, blocking=False))
+        asyncio.run(_sample_while(LoopLag(off, every_s=0.01), 0.3, blocking=True))
+    assert not [r for r in caplog.records if "event loop stalled" in r.getMessage()]
+    assert free.get_sample_value("answer_event_loop_stalls_total") == 0
+    assert off.get_sample_value("answer_event_loop_stalls_total") == 0
+    time.sleep(0.05)  # a quarter of stall_s and more: the watchdog ends with its sampler
+    assert not [t for t in threading.enumerate() if t.name == "loop-stall-watch"]
