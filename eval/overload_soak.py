@@ -228,37 +228,34 @@ def wire_summary(seen: list[Exchange]) -> dict[str, dict[str, Any]]:
     """Per response status, how many exchanges and the wire time from request to response
     start (ms): for a refusal its whole time in the service host, for a 200 stream the time to
     its headers (its sources come after)."""
-    statuses = sorted({e.status for e in seen}, key=str)
+    by_status: dict[str, list[float]] = {}
+    for exchange in seen:
+        by_status.setdefault(str(exchange.status), []).append(exchange.ms)
     return {
-        str(status): {
-            "count": sum(e.status == status for e in seen),
-            **percentiles([e.ms for e in seen if e.status == status], (50, 90, 95, 99)),
-            "max": round(max(e.ms for e in seen if e.status == status), 3),
+        status: {
+            "count": len(times),
+            **percentiles(times, (50, 90, 95, 99)),
+            "max": round(max(times), 3),
         }
-        for status in statuses
+        for status, times in sorted(by_status.items())
     }
 
 
-class _Wire:
-    """The loopback capture around a phase where permitted (root or CAP_NET_RAW); else the
-    reason it is not, in the summary."""
-
-    def __init__(self, port: int, wanted: bool) -> None:
-        self.port, self.wanted = port, wanted
-
-    def phase(
-        self, run: Callable[[], dict[str, Any]]
-    ) -> tuple[dict[str, Any], dict[str, Any] | str]:
-        if not self.wanted:
-            return run(), "not asked for (--no-wire)"
-        try:
-            capture = LoopbackCapture(self.port)
-        except PermissionError as exc:
-            return run(), f"no capture: {exc} (needs root or CAP_NET_RAW)"
-        with capture:
-            result = run()
-            time.sleep(0.5)  # the last responses' packets
-        return result, wire_summary(exchanges(capture.packets))
+def on_the_wire(
+    port: int, wanted: bool, run: Callable[[], dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any] | str]:
+    """`run()`'s result and, where permitted (root or CAP_NET_RAW), the wire times of the
+    responses on `port` meanwhile; else the reason there are none."""
+    if not wanted:
+        return run(), "not asked for (--no-wire)"
+    try:
+        capture = LoopbackCapture(port)
+    except PermissionError as exc:
+        return run(), f"no capture: {exc} (needs root or CAP_NET_RAW)"
+    with capture:
+        result = run()
+        time.sleep(0.5)  # the last responses' packets
+    return result, wire_summary(exchanges(capture.packets))
 
 
 def rss_mib(pid: int | str = "self") -> float:
@@ -361,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     env.update(item.split("=", 1) for item in args.service_env)
     scratch = Path(tempfile.mkdtemp(prefix="overload-soak-"))
     port = free_port()
-    wire = _Wire(port, args.wire)
     service = ServiceProcess(
         "overload",
         port=port,
@@ -375,8 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         pid = int((scratch / "service-overload.pid").read_text())
         overload_rate = args.goodput_rps * args.overload_factor
         ready = read_metrics(url)
-        overload, overload_wire = wire.phase(
-            lambda: _load(url, args, overload_rate, args.overload_s, scratch / "overload.json")
+        overload, overload_wire = on_the_wire(
+            port,
+            args.wire,
+            lambda: _load(url, args, overload_rate, args.overload_s, scratch / "overload.json"),
         )
         overloaded = read_metrics(url)
         with Sampler(pid, args.sample_s) as sampler:

@@ -16,7 +16,9 @@ from eval.overload_soak import (
     parse_refusals,
     refusals_between,
     soak_summary,
+    wire_summary,
 )
+from eval.wire_timing import Exchange
 
 
 def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:
@@ -98,3 +100,22 @@ def test_the_event_loops_lag_between_two_readings() -> None:
         "max_ms_at_most": 50.0,
     }
     assert loop_lag_between({}, {}) is None  # a service that exports none
+
+
+def test_wire_times_are_summarised_per_response_status() -> None:
+    seen = [Exchange(1, 10.0, 10.0 + ms / 1000.0, 503) for ms in (2.0, 3.0, 4.0, 9.0)]
+    seen += [Exchange(2, 11.0, 12.5, 200), Exchange(3, 12.0, 12.1, None)]
+    summary = wire_summary(seen)
+    assert list(summary) == ["200", "503", "None"]
+    assert summary["503"]["count"] == 4
+    assert summary["503"]["p50"] == pytest.approx(3.5)
+    assert summary["503"]["max"] == pytest.approx(9.0)
+    assert summary["200"] == {
+        "count": 1,
+        "p50": 1500.0,
+        "p90": 1500.0,
+        "p95": 1500.0,
+        "p99": 1500.0,
+        "max": 1500.0,
+    }
+    assert wire_summary([]) == {}
