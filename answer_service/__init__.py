@@ -1,8 +1,14 @@
 """The service: composes retrieval and generation into the answer pipeline and serves it.
 
-`pipeline` (no FastAPI, so `eval/` can run it in-process), `api` (FastAPI, SSE), `components`
-(built in the lifespan from `settings`), `telemetry` (OpenTelemetry spans and the store of
-recent requests), `cli` (`answer-service`) and `demo`.
+Rooms, with dependencies pointing one way (http -> runtime -> pipeline; cli over all):
+
+- `pipeline/`: a request's plan and stages, citations, the events that flow out (no FastAPI,
+  so `eval/` runs it in-process);
+- `runtime/`: settings, the components built and warmed in the lifespan, telemetry, metrics,
+  Redis, caches, keys, the dashboard's request log;
+- `http/`: the FastAPI app, its routes and schemas, the access middleware, the dashboard;
+- `cli/`: `answer-service` and the demo;
+- `errors.py`: the errors the service maps to HTTP answers and SSE `error` events.
 
 May import: `retrieval/`, `generation/`, `budget/` and third-party libraries. Never `eval/`.
 """

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# sgl-router at the version this repository pins and tests (generation/sglang_env.py,
-# SGLANG_ROUTER_PACKAGE; what it forwards and how it routes: generation/sglang_router.py).
+# sgl-router at the version this repository pins and tests (generation/server/env.py,
+# SGLANG_ROUTER_PACKAGE; what it forwards and how it routes: generation/server/router.py).
 # A Rust binary in a wheel: it needs no GPU and none of SGLang's image.
 FROM python:3.11-slim
 ARG SGLANG_ROUTER_VERSION=0.3.2

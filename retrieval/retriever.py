@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
 from budget import Deadline
-from retrieval.ann import SearchDepth
-from retrieval.bm25_index import BM25Index
 from retrieval.embedder import Embedder, Vectors
 from retrieval.errors import RetrievalError, RetrievalTimeoutError
-from retrieval.faiss_index import FaissIndex
-from retrieval.fusion import FusionConfig, reciprocal_rank_fusion
+from retrieval.index.ann import SearchDepth
+from retrieval.index.bm25_index import BM25Index
+from retrieval.index.faiss_index import FaissIndex
 from retrieval.passage import ScoredPassage
-from retrieval.reranker import Reranker
+from retrieval.rerank.cross_encoder import Reranker
+from retrieval.search.fusion import FusionConfig, reciprocal_rank_fusion
 
 T = TypeVar("T")
 RetrievalMode = Literal["dense", "lexical", "hybrid"]

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from answer_service.api import create_app
-from answer_service.settings import Settings
-from generation.sglang_server import (
+from answer_service.http.api import create_app
+from answer_service.runtime.settings import Settings
+from generation.server.launch import (
     SGLangServer,
     SGLangServerConfig,
     ensure_smollm2_model,
     write_tiny_model,
 )
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.indexer import build_index
+from retrieval.index.builder import build_index
 from tests.support import SQUAD_PASSAGES, free_port, serve_in_thread, wait_ready
 
 # The first 12 SQuAD dev articles' passages (Super Bowl 50, Warsaw, Normans, ...).

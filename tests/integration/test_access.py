@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from answer_service.auth import ApiKey, digest, write_api_keys
+from answer_service.runtime.auth import ApiKey, digest, write_api_keys
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, parse_sse, serve_in_thread

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eval.cli import main
+from eval.commands.main import main
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.scifact import SCIFACT, load_subset

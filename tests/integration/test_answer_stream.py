@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from generation.prompt_layout import SYSTEM_PROMPT, ChatMessage, HFChatTemplate
-from generation.sglang_server import SGLangServer
+from generation.server.launch import SGLangServer
 from tests.integration.conftest import ServiceFactory
 from tests.support import parse_sse, post_answer
 
@@ -158,7 +158,7 @@ def test_sglang_stopping_mid_stream_gives_an_error_event(
     service: ServiceFactory, tmp_path_factory: pytest.TempPathFactory, tiny_sglang: SGLangServer
 ) -> None:
     """A second, throwaway server: killed while it streams."""
-    from generation.sglang_server import SGLangServerConfig
+    from generation.server.launch import SGLangServerConfig
     from tests.support import free_port
 
     config = tiny_sglang.config

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.cli import main
+from eval.commands.main import main
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import SQUAD_QUESTIONS, serve_in_thread

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from answer_service.sse_client import iter_events
+from answer_service.cli.sse_client import iter_events
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import serve_in_thread

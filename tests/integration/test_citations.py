@@ -12,7 +12,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from answer_service.attribution import ABSTENTION
+from answer_service.pipeline.attribution import ABSTENTION
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import serve_in_thread

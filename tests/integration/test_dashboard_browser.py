@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, sync_playwright
 
-from generation.sglang_server import SGLangServer
+from generation.server.launch import SGLangServer
 from tests.integration.conftest import ServiceFactory
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -45,7 +45,7 @@ def load(url: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     command = [
         sys.executable,
         "-m",
-        "eval.cli",
+        "eval.commands.main",
         "load",
         "--url",
         url,

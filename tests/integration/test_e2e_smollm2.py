@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from generation.sglang_server import SGLangServer
+from generation.server.launch import SGLangServer
 from tests.integration.conftest import SQUAD_SUBSET, ServiceFactory
 from tests.support import SQUAD_PASSAGES, SQUAD_QUESTIONS, parse_sse, post_answer
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.indexer import build_index
+from retrieval.index.builder import build_index
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, parse_sse, post_answer, serve_in_thread, wait_ready

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from answer_service.fleet_rate import FleetArrivals
-from answer_service.redis_link import RedisLink
+from answer_service.runtime.fleet_rate import FleetArrivals
+from answer_service.runtime.redis_link import RedisLink
 from tests.support import free_port
 
 pytestmark = pytest.mark.integration

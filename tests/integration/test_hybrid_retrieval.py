@@ -16,10 +16,10 @@ import statistics
 import pytest
 
 from budget import Deadline
-from retrieval.bm25_index import BM25Index
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.faiss_index import FaissIndex
-from retrieval.indexer import build_index
+from retrieval.index.bm25_index import BM25Index
+from retrieval.index.builder import build_index
+from retrieval.index.faiss_index import FaissIndex
 from retrieval.retriever import RetrievalMode, Retriever
 from tests.scifact import Subset, load_subset
 

@@ -17,9 +17,15 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from eval.cli import build_parser, main
-from eval.latency_stats import RequestRecord
-from eval.load import DedicatedClients, LoadConfig, poisson_arrivals, read_questions, run_open_loop
+from eval.commands.main import build_parser, main
+from eval.lib.latency_stats import RequestRecord
+from eval.lib.load_engine import (
+    DedicatedClients,
+    LoadConfig,
+    poisson_arrivals,
+    read_questions,
+    run_open_loop,
+)
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,14 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
-from eval.latency_stats import RequestRecord
-from eval.load import DedicatedClients, LoadConfig, LoadQuestion, RequestSlot, send_request
+from eval.lib.latency_stats import RequestRecord
+from eval.lib.load_engine import (
+    DedicatedClients,
+    LoadConfig,
+    LoadQuestion,
+    RequestSlot,
+    send_request,
+)
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration

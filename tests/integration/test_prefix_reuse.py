@@ -13,8 +13,8 @@ import pytest
 from budget import Deadline
 from generation.prefix_order import PrefixTree, PromptLayout
 from generation.prompt_layout import ContextPassage, HFChatTemplate, Prompt, build_prompt
+from generation.server.launch import SGLangServer
 from generation.sglang_client import GenerationResult, SamplingParams, SGLangClient, StreamTimeouts
-from generation.sglang_server import SGLangServer
 from tests.support import SQUAD_PASSAGES
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang]

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from eval.answer_quality import Question
-from eval.quality_curves import curves, measure
-from retrieval.bm25_index import BM25Index
-from retrieval.faiss_index import FaissIndex
-from retrieval.indexer import build_index
+from eval.calibrate.quality_curves import curves, measure
+from eval.commands.answers import Question
+from retrieval.index.bm25_index import BM25Index
+from retrieval.index.builder import build_index
+from retrieval.index.faiss_index import FaissIndex
 from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 from tests.fakes.hash_embedder import HashEmbedder

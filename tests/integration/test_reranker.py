@@ -16,9 +16,9 @@ import pytest
 
 from budget import Deadline
 from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
-from retrieval.faiss_index import FaissIndex, IndexManifest
+from retrieval.index.faiss_index import FaissIndex, IndexManifest
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.reranker import CrossEncoderReranker, RerankerConfig, load_reranker
+from retrieval.rerank.cross_encoder import CrossEncoderReranker, RerankerConfig, load_reranker
 from retrieval.retriever import Retriever
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.fakes.hash_embedder import HashEmbedder

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from answer_service.reranker_cli import add_reranker_commands
+from answer_service.cli.reranker import add_reranker_commands
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.indexer import build_index
+from retrieval.index.builder import build_index
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.reranker import CrossEncoderReranker, RerankerConfig
-from retrieval.reranker_training import REPORT_FILE
+from retrieval.rerank.cross_encoder import CrossEncoderReranker, RerankerConfig
+from retrieval.rerank.training import REPORT_FILE
 from tests.scifact import Subset, load_subset
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.bm25_index import BM25Config, BM25Index
+from retrieval.index.bm25_index import BM25Config, BM25Index
 from tests.scifact import Subset, load_subset
 
 pytestmark = pytest.mark.integration

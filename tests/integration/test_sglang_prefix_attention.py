@@ -24,7 +24,7 @@ from generation.prompt_layout import (
     HFChatTemplate,
     render_passage,
 )
-from generation.sglang_server import SGLangServer
+from generation.server.launch import SGLangServer
 from tests.support import SQUAD_PASSAGES
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang, pytest.mark.smollm2]

@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
+from generation.server.fleet import SGLangFleet, SGLangFleetConfig
+from generation.server.launch import SGLangServerConfig, write_tiny_model
+from generation.server.router import SGLangRouter, SGLangRouterConfig
 from generation.sglang_client import SGLangClient
-from generation.sglang_fleet import SGLangFleet, SGLangFleetConfig
-from generation.sglang_router import SGLangRouter, SGLangRouterConfig
-from generation.sglang_server import SGLangServerConfig, write_tiny_model
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, post_answer
 

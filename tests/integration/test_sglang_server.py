@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from generation.sglang_server import (
+from generation.server.launch import (
     SGLangServer,
     SGLangServerConfig,
     ensure_smollm2_model,

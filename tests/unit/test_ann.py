@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.ann import AnnConfig, SearchDepth
-from retrieval.faiss_index import FaissIndex, IndexManifest
-from retrieval.index_writer import IndexWriter
+from retrieval.index.ann import AnnConfig, SearchDepth
+from retrieval.index.faiss_index import FaissIndex, IndexManifest
+from retrieval.index.writer import IndexWriter
 from retrieval.passage import Passage
 
 DIMENSION = 32

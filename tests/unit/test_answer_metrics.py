@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.answer_quality import AnswerRecord, Question, read_questions, score_answers
-from eval.squad_metrics import (
+from eval.commands.answers import AnswerRecord, Question, read_questions, score_answers
+from eval.lib.squad_metrics import (
     abstains,
     answer_recall,
     citation_precision,

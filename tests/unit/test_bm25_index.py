@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.bm25_index import BM25Config, BM25Index
 from retrieval.errors import IndexMismatchError, IndexNotFoundError
+from retrieval.index.bm25_index import BM25Config, BM25Index
 
 TEXTS = [
     "Cats\nCats purr and sleep most of the day in the sun.",

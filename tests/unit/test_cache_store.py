@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from answer_service.attribution import Citation
-from answer_service.caches import (
+from answer_service.pipeline.attribution import Citation
+from answer_service.pipeline.events import Source
+from answer_service.runtime.caches import (
     AnswerCache,
     CachedAnswer,
     EmbeddingCache,
@@ -16,7 +17,6 @@ from answer_service.caches import (
     fingerprint,
     normalized,
 )
-from answer_service.events import Source
 
 
 def test_entries_expire_and_the_least_recent_goes_first() -> None:

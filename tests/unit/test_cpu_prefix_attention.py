@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from generation.sglang_server import (
+from generation.server.launch import (
     COMPAT_DIR,
     CPU_PREFIX_ATTENTION_ENV,
     SGLangServer,

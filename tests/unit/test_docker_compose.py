@@ -25,12 +25,12 @@ from urllib.parse import urlsplit
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from answer_service.api import router as api_router
-from answer_service.cli import build_parser
-from answer_service.settings import Settings
-from generation.sglang_env import SGLANG_ROUTER_PACKAGE
-from generation.sglang_router import SGLangRouter, SGLangRouterConfig
-from generation.sglang_server import SGLangServer, SGLangServerConfig
+from answer_service.cli.main import build_parser
+from answer_service.http.api import router as api_router
+from answer_service.runtime.settings import Settings
+from generation.server.env import SGLANG_ROUTER_PACKAGE
+from generation.server.launch import SGLangServer, SGLangServerConfig
+from generation.server.router import SGLangRouter, SGLangRouterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -47,7 +47,7 @@ STACK = {
     "jaeger",
 }
 # In sglang-router 0.3.2's `python -m sglang_router.launch_router --help`, beyond the flags
-# that generation/sglang_router.py passes.
+# that generation/server/router.py passes.
 ROUTER_EXTRA_FLAGS = frozenset({"--enable-trace", "--otlp-traces-endpoint"})
 # Variables the service's own code does not read, for the libraries under it.
 LIBRARY_ENV = frozenset({"HF_HUB_CACHE", "HF_HUB_OFFLINE"})
@@ -328,7 +328,7 @@ def test_collector_pipelines_use_defined_components() -> None:
 def test_dockerfile_runs_the_real_cli() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     (script,) = _exec_form(FINAL["ENTRYPOINT"])
-    assert pyproject["project"]["scripts"][script] == "answer_service.cli:main"
+    assert pyproject["project"]["scripts"][script] == "answer_service.cli.main:main"
     args = _parse_cli(_exec_form(FINAL["CMD"]))
     assert args.run.__name__ == "_serve"
 

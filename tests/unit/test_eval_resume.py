@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.checkpoint import RunCheckpoint
-from eval.retrieval_quality import evaluate_retrieval
+from eval.commands.retrieval import evaluate_retrieval
+from eval.lib.checkpoint import RunCheckpoint
 from retrieval.judgments import Query
 
 QUERIES = [Query(f"q{i}", f"question {i}") for i in range(6)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval import indexer
+from retrieval.index import builder as indexer
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import Vectors
 from retrieval.errors import (
@@ -15,8 +15,8 @@ from retrieval.errors import (
     IndexNotFoundError,
     RetrievalError,
 )
-from retrieval.faiss_index import FaissIndex, read_manifest
-from retrieval.indexer import build_index
+from retrieval.index.builder import build_index
+from retrieval.index.faiss_index import FaissIndex, read_manifest
 from retrieval.passage import ChunkingConfig
 from tests.fakes.hash_embedder import HashEmbedder
 

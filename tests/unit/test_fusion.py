@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import FusionConfig, reciprocal_rank_fusion
+from retrieval.search.fusion import FusionConfig, reciprocal_rank_fusion
 
 
 def test_a_row_ranked_high_in_both_lists_wins() -> None:

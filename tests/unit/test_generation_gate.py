@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from answer_service.admission import GenerationGate
+from answer_service.pipeline.admission import GenerationGate
 
 W = "http://worker"
 

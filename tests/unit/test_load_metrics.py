@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eval.latency_stats import (
+from eval.lib.latency_stats import (
     LevelRun,
     RequestRecord,
     cached_token_share,
@@ -21,7 +21,7 @@ from eval.latency_stats import (
     stage_p50_ms,
     sweep_metrics,
 )
-from eval.load import poisson_arrivals, read_questions
+from eval.lib.load_engine import poisson_arrivals, read_questions
 
 
 def ok(ttft_ms: float, **fields: Any) -> RequestRecord:

@@ -3,7 +3,7 @@ along (adopted) that retrieval did not rank for this question."""
 
 from __future__ import annotations
 
-from answer_service.pipeline_values import laid_out_prompt, numbered_sources
+from answer_service.pipeline.values import laid_out_prompt, numbered_sources
 from generation.prefix_order import PrefixTree
 from retrieval.passage import Passage, ScoredPassage
 from tests.fakes.word_template import WordTemplate

@@ -1,14 +1,14 @@
-"""The soak's memory, collector-pause and refusal-time summaries (eval/overload_soak.py)."""
+"""The soak's memory, collector-pause and refusal-time summaries (eval/bench/overload_soak.py)."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from answer_service.gc_pauses import GcPauses
-from answer_service.loop_lag import LoopLag
-from answer_service.metrics import ServiceMetrics
-from eval.overload_soak import (
+from answer_service.runtime.gc_pauses import GcPauses
+from answer_service.runtime.loop_lag import LoopLag
+from answer_service.runtime.metrics import ServiceMetrics
+from eval.bench.overload_soak import (
     gc_pauses_between,
     loop_lag_between,
     parse_gc_pauses,
@@ -18,7 +18,7 @@ from eval.overload_soak import (
     soak_summary,
     wire_summary,
 )
-from eval.wire_timing import Exchange
+from eval.lib.wire_timing import Exchange
 
 
 def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:

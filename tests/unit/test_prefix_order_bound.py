@@ -1,8 +1,8 @@
-"""The replay of layouts against a cache that forgets nothing (eval/prefix_order_bound.py)."""
+"""The replay of layouts against a cache that forgets nothing (eval/bench/prefix_order_bound.py)."""
 
 from __future__ import annotations
 
-from eval.prefix_order_bound import Replay, Retrieved, replay
+from eval.bench.prefix_order_bound import Replay, Retrieved, replay
 
 
 def test_a_prompt_reuses_the_system_prompt_then_passages_while_their_sequence_was_sent() -> None:

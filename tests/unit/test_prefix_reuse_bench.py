@@ -1,9 +1,9 @@
-"""The prefix-reuse benchmark's workload and its warm-up window (eval/prefix_reuse_bench.py)."""
+"""The prefix-reuse benchmark's workload and its warm-up window (eval/bench/prefix_reuse.py)."""
 
 from __future__ import annotations
 
-from eval.answer_quality import AnswerRecord, Question
-from eval.prefix_reuse_bench import WorkItem, _from, zipf_workload
+from eval.bench.prefix_reuse import WorkItem, _from, zipf_workload
+from eval.commands.answers import AnswerRecord, Question
 
 
 def _topics() -> dict[str, list[WorkItem]]:

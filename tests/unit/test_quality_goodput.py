@@ -1,5 +1,5 @@
-"""Goodput with a quality floor (`eval/quality_goodput.py`) and the planner benchmark's pure
-parts (`eval/planner_goodput.py`), against hand-computed cases."""
+"""Goodput with a quality floor (`eval/bench/quality_goodput.py`) and the planner benchmark's pure
+parts (`eval/bench/planner_goodput.py`), against hand-computed cases."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from eval.latency_stats import LevelRun, RequestRecord, goodput_rps
-from eval.planner_goodput import CONFIGS, deepest_fixed, service_environment, summarize
-from eval.quality_goodput import (
+from eval.bench.planner_goodput import CONFIGS, deepest_fixed, service_environment, summarize
+from eval.bench.quality_goodput import (
     LevelOutcome,
     answer_quality,
     goodput_with_floor,
     level_summary,
     quality_floor,
 )
+from eval.lib.latency_stats import LevelRun, RequestRecord, goodput_rps
 
 GOLDS = {"q1": ("Denver Broncos",), "q2": ("Santa Clara", "Levi's Stadium")}
 

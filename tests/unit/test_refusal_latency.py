@@ -1,4 +1,4 @@
-"""The refusal benchmark's arms and its renice of a process group (eval/refusal_latency.py)."""
+"""The refusal benchmark's arms and its renice of a process group (eval/bench/refusal_latency.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.refusal_latency import Arm, parse_arms, renice_group, run_summary
+from eval.bench.refusal_latency import Arm, parse_arms, renice_group, run_summary
 
 
 def test_arms_are_server_nice_and_switch_interval() -> None:

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval.answer_quality import AnswerRecord, Question, score_answers
-from eval.cli import main
-from eval.latency_stats import LevelRun, RequestRecord, sweep_metrics
-from eval.report_inputs import Request, labels, stage_segments
-from eval.results import write_result
+from eval.commands.answers import AnswerRecord, Question, score_answers
+from eval.commands.main import main
+from eval.commands.report_inputs import Request, labels, stage_segments
+from eval.lib.latency_stats import LevelRun, RequestRecord, sweep_metrics
+from eval.lib.results import write_result
 
 RESULTS = Path(__file__).resolve().parents[2] / "eval" / "results"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from answer_service.planning import PlanningConfig, RequestPlanning
+from answer_service.pipeline.planning import PlanningConfig, RequestPlanning
 from budget import CacheEstimator
 
 W = "http://worker"

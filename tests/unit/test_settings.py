@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from answer_service.settings import Settings
+from answer_service.runtime.settings import Settings
 
 
 @pytest.mark.parametrize("value", ["", "none", "None"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from generation.sglang_server import (
+from generation.server.launch import (
     COMPAT_DIR,
     SGLangServer,
     SGLangServerConfig,

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from generation.errors import SGLangServerError
-from generation.sglang_fleet import (
+from generation.server.fleet import (
     SGLangFleet,
     SGLangFleetConfig,
     consecutive_ports,
     threads_per_worker,
 )
-from generation.sglang_router import SGLangRouter, SGLangRouterConfig
-from generation.sglang_server import SGLangServerConfig
+from generation.server.launch import SGLangServerConfig
+from generation.server.router import SGLangRouter, SGLangRouterConfig
 
 PYTHON = Path("/venv/bin/python")
 WORKERS = ("http://127.0.0.1:31001", "http://127.0.0.1:31002")

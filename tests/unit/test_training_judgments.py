@@ -11,7 +11,7 @@ import pytest
 
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.reranker_training import (
+from retrieval.rerank.training import (
     Judgment,
     TrainingConfig,
     load_judgments,

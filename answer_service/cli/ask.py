@@ -1,0 +1,83 @@
+"""`answer-service ask`: stream an answer and its sources to the terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import httpx
+
+from answer_service.cli.sse_client import iter_events
+
+
+async def ask(
+    url: str,
+    question: str,
+    budget_ms: int | None,
+    top_k: int | None,
+    api_key: str | None = None,
+) -> int:
+    body: dict[str, object] = {"query": question}
+    if budget_ms is not None:
+        body["ttft_budget_ms"] = budget_ms
+    if top_k is not None:
+        body["top_k"] = top_k
+    out = sys.stdout
+    started_s = time.perf_counter()
+    first_token_s: float | None = None
+    timeout = httpx.Timeout(10.0, read=120.0)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
+        try:
+            async with http.stream("POST", f"{url.rstrip('/')}/v1/answer", json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    print(f"error {response.status_code}: {response.text}", file=sys.stderr)
+                    return 1
+                async for event in iter_events(response):
+                    if event.event == "plan":
+                        out.write(_plan_line(event.data))
+                    elif event.event == "sources":
+                        out.write("Sources:\n")
+                        for source in event.data["sources"]:
+                            out.write(
+                                f"  [{source['number']}] {source['title']}  "
+                                f"({source['id']}, score {source['score']:.3f})\n"
+                            )
+                        out.write("\nAnswer: ")
+                    elif event.event == "token":
+                        first_token_s = first_token_s or time.perf_counter()
+                        out.write(event.data["text"])
+                    elif event.event == "citation":
+                        out.write("".join(f" [{n}]" for n in event.data["sources"]))
+                    elif event.event == "error":
+                        out.write(f"\n[error: {event.data['code']}: {event.data['message']}]")
+                    elif event.event == "done":
+                        _summary(event.data, started_s, first_token_s)
+                    out.flush()
+        except httpx.HTTPError as exc:
+            print(f"error: cannot reach {url}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _plan_line(plan: dict[str, object]) -> str:
+    predicted = plan["predicted_ms"]
+    total = sum(predicted.values()) if isinstance(predicted, dict) else 0.0
+    cuts = plan["cuts"] if isinstance(plan["cuts"], list) else []
+    cut_text = "; ".join(f"{c['stage']} {c['planned']}->{c['done']}: {c['reason']}" for c in cuts)
+    return (
+        f"Plan ({'planner' if plan['planner'] else 'fixed'}, tier {plan['tier']}): rerank "
+        f"{plan['rerank_depth']}, {plan['passages']} passages, first token predicted in "
+        f"{total:.0f} ms of {plan['budget_ms']:.0f}{'; cuts: ' + cut_text if cut_text else ''}\n"
+    )
+
+
+def _summary(done: dict[str, object], started_s: float, first_token_s: float | None) -> None:
+    client_ttft = "-" if first_token_s is None else f"{(first_token_s - started_s) * 1000:.0f} ms"
+    sys.stdout.write(
+        f"\n\nTTFT {done['ttft_ms']} ms in the service (budget {done['ttft_budget_ms']} ms, "
+        f"{client_ttft} at this client); stages {done['timings_ms']}; prompt "
+        f"{done['prompt_tokens']} tokens ({done['cached_tokens']} cached), "
+        f"{done['completion_tokens']} generated; trace {done['trace_id']}\n"
+    )

@@ -1,0 +1,131 @@
+"""`answer-service demo`: index the bundled corpus, start SGLang and the service, ask, leave up.
+
+Every step is idempotent: a current index is kept, a healthy SGLang server or service that this
+command started before is reused, so a second run goes straight to the question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from answer_service.cli.ask import ask
+from answer_service.runtime.settings import Settings
+from generation.server.launch import SGLangServer, SGLangServerConfig, SGLangServerError
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.index.builder import build_index
+
+DEMO_CORPUS = Path(__file__).resolve().parents[1] / "demo_corpus" / "postgresql-15-docs.jsonl.gz"
+_READY_TIMEOUT_S = 300.0
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=2.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _pid_file(cache_dir: Path, port: int) -> Path:
+    return cache_dir / "run" / f"service-{port}.pid"
+
+
+def _start_service(settings: Settings, index_dir: Path, port: int, sglang_url: str) -> str:
+    url = f"http://127.0.0.1:{port}"
+    if _ready(url):
+        print(f"service already running at {url}")
+        return url
+    log_path = settings.cache_dir / "logs" / f"service-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    pid_file = _pid_file(settings.cache_dir, port)
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "answer_service.cli.main",
+        "serve",
+        "--index",
+        str(index_dir),
+        "--port",
+        str(port),
+        "--sglang-url",
+        sglang_url,
+    ]
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    pid_file.write_text(f"{process.pid}\n")
+    print(f"starting the service at {url} (log: {log_path})")
+    deadline_s = time.monotonic() + _READY_TIMEOUT_S
+    while not _ready(url):
+        if process.poll() is not None:
+            raise RuntimeError(f"the service exited with {process.returncode}; see {log_path}")
+        if time.monotonic() > deadline_s:
+            raise RuntimeError(f"the service was not ready in {_READY_TIMEOUT_S:.0f} s")
+        time.sleep(0.5)
+    return url
+
+
+def run_demo(port: int, sglang_port: int, question: str) -> int:
+    settings = Settings()
+    started_s = time.monotonic()
+    index_dir = settings.cache_dir / "indexes" / "postgresql-15"
+    print(f"1/4 indexing the PostgreSQL 15 manual into {index_dir}")
+    embedder = SentenceTransformerEmbedder(EmbedderConfig(model=settings.embedder_model))
+    report = build_index(DEMO_CORPUS, index_dir, embedder)
+    state = "current, kept" if report.reused else f"built in {report.seconds:.0f} s"
+    print(f"    {report.manifest.passage_count} passages ({state})")
+    print(f"2/4 starting SGLang on port {sglang_port} (first run builds its environment)")
+    sglang = SGLangServer(SGLangServerConfig(port=sglang_port, cache_dir=settings.cache_dir))
+    try:
+        sglang_url = sglang.start()
+    except SGLangServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"    SGLang at {sglang_url}")
+    print("3/4 starting the answer service")
+    try:
+        url = _start_service(settings, index_dir, port, sglang_url)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"4/4 asking: {question}\n")
+    code = asyncio.run(ask(url, question, None, None))
+    print(f"\nset-up and answer took {time.monotonic() - started_s:.0f} s")
+    print(f"The service is up at {url} (POST /v1/answer, GET /readyz, GET /v1/traces).")
+    print(f'Ask more: answer-service ask "your question" --url {url}')
+    print("Stop it all: answer-service demo --down")
+    return code
+
+
+def stop_demo(port: int, sglang_port: int) -> int:
+    settings = Settings()
+    pid_file = _pid_file(settings.cache_dir, port)
+    if pid_file.is_file():
+        pid = int(pid_file.read_text().strip())
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            print(f"service (pid {pid}) stopped")
+        except ProcessLookupError:
+            print("service was not running")
+        pid_file.unlink(missing_ok=True)
+    stopped = SGLangServer(
+        SGLangServerConfig(port=sglang_port, cache_dir=settings.cache_dir)
+    ).stop()
+    print("SGLang stopped" if stopped else "SGLang was not running")
+    return 0

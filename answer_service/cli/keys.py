@@ -1,0 +1,87 @@
+"""`answer-service keys add | list | revoke`: the API key file (answer_service/runtime/auth.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from answer_service.runtime.auth import (
+    ApiKey,
+    ApiKeyFileError,
+    digest,
+    new_key,
+    read_api_keys,
+    write_api_keys,
+)
+
+
+def _read(path: Path) -> list[ApiKey]:
+    return read_api_keys(path) if path.exists() else []
+
+
+def _add(args: argparse.Namespace) -> int:
+    keys = _read(args.file)
+    if any(k.key_id == args.id for k in keys):
+        print(f"error: {args.file} already has a key {args.id!r}", file=sys.stderr)
+        return 2
+    key = new_key()
+    keys.append(
+        ApiKey(args.id, digest(key), args.tier, args.rate_per_s, args.burst, args.max_streams)
+    )
+    write_api_keys(args.file, keys)
+    print(key)  # the only time it is shown: the file keeps its digest
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    for key in _read(args.file):
+        print(
+            f"{key.key_id}\ttier={key.tier}\trate={key.rate_per_s:g}/s\tburst={key.burst}"
+            f"\tmax_streams={key.max_streams}"
+        )
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    keys = _read(args.file)
+    kept = [k for k in keys if k.key_id != args.id]
+    if len(kept) == len(keys):
+        print(f"error: no key {args.id!r} in {args.file}", file=sys.stderr)
+        return 2
+    write_api_keys(args.file, kept)
+    return 0
+
+
+def _guarded(run: Any) -> Any:
+    def call(args: argparse.Namespace) -> int:
+        try:
+            code: int = run(args)
+        except ApiKeyFileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return code
+
+    return call
+
+
+def add_keys_commands(commands: Any) -> None:
+    keys = commands.add_parser("keys", help="API keys: add, list, revoke").add_subparsers(
+        dest="keys_command", required=True
+    )
+    add = keys.add_parser("add", help="make a key, print it once, store its digest")
+    add.add_argument("--file", type=Path, required=True, help="the ANSWER_API_KEYS_FILE")
+    add.add_argument("--id", required=True, help="a name for the key (shown in errors, logs)")
+    add.add_argument("--tier", default="standard", help="its tenant tier")
+    add.add_argument("--rate-per-s", type=float, default=5.0)
+    add.add_argument("--burst", type=int, default=10)
+    add.add_argument("--max-streams", type=int, default=4, help="open answers at once")
+    add.set_defaults(run=_guarded(_add))
+    listing = keys.add_parser("list", help="the keys' ids, tiers and limits (no secrets)")
+    listing.add_argument("--file", type=Path, required=True)
+    listing.set_defaults(run=_guarded(_list))
+    revoke = keys.add_parser("revoke", help="remove a key")
+    revoke.add_argument("--file", type=Path, required=True)
+    revoke.add_argument("--id", required=True)
+    revoke.set_defaults(run=_guarded(_revoke))

@@ -1,0 +1,278 @@
+"""`answer-service`: build an index, run SGLang and the service, ask questions, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from answer_service.cli.keys import add_keys_commands
+from answer_service.cli.reranker import add_reranker_commands
+from answer_service.runtime.settings import DEFAULT_SGLANG_PORT, Settings
+from generation.server.env import ensure_sglang_router
+from generation.server.fleet import SGLangFleet, SGLangFleetConfig, consecutive_ports
+from generation.server.launch import (
+    SGLangServer,
+    SGLangServerConfig,
+    SGLangServerError,
+    ensure_sglang_env,
+    ensure_smollm2_model,
+)
+from generation.server.router import SGLangRouterConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SERVICE_PORT = 8000
+
+
+def _index_build(args: argparse.Namespace) -> int:
+    from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+    from retrieval.errors import RetrievalError
+    from retrieval.index.ann import AnnConfig
+    from retrieval.index.builder import build_index
+    from retrieval.passage import ChunkingConfig
+
+    embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder, device=args.device))
+    try:
+        report = build_index(
+            args.corpus,
+            args.out,
+            embedder,
+            chunking=ChunkingConfig(args.passage_tokens, args.overlap_tokens),
+            ann=AnnConfig(kind=args.index_kind),
+            batch_size=args.batch_size,
+            force=args.force,
+        )
+    except (RetrievalError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    manifest = report.manifest
+    verb = "kept (already current)" if report.reused else f"built in {report.seconds:.1f} s"
+    print(f"index {args.out}: {manifest.passage_count} passages, {manifest.dimension}-d, {verb}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from answer_service.http.api import create_app
+
+    overrides: dict[str, object] = {"index_dir": args.index}
+    if args.sglang_url:
+        overrides["sglang_url"] = args.sglang_url
+    if args.tokenizer:
+        overrides["tokenizer"] = args.tokenizer
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    if args.gil_switch_ms is not None:
+        # How long a thread holding the GIL (prompt rendering, planning, span export) may keep
+        # the event loop's thread waiting before it must let go (eval/bench/refusal_latency.py).
+        sys.setswitchinterval(args.gil_switch_ms / 1000.0)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        timeout_graceful_shutdown=10,
+        # Longer than the idle expiry of client and proxy pools (httpx and HAProxy: 5 s), so
+        # they close an idle connection first: a server closing it at the same moment races
+        # a request just sent on it, which then fails before any response.
+        timeout_keep_alive=args.keep_alive_s,
+        # libuv's event loop and the C HTTP parser: a refusal, which is mostly HTTP, takes
+        # less time than on asyncio's loop and h11 (eval/bench/refusal_latency.py).
+        loop=args.server,
+        http="httptools" if args.server == "uvloop" else "h11",
+    )
+    return 0
+
+
+def _ask(args: argparse.Namespace) -> int:
+    from answer_service.cli.ask import ask
+
+    return asyncio.run(ask(args.url, args.question, args.budget_ms, args.top_k, args.api_key))
+
+
+def _sglang_server(args: argparse.Namespace) -> SGLangServer:
+    return SGLangServer(
+        SGLangServerConfig(
+            port=args.port,
+            cache_dir=Settings().cache_dir,
+            model_dir=getattr(args, "model_dir", None),
+        )
+    )
+
+
+def _sglang_fleet(args: argparse.Namespace) -> SGLangFleet:
+    """The router on --port, the workers on the ports after it."""
+    cache_dir = Settings().cache_dir
+    return SGLangFleet(
+        SGLangFleetConfig(
+            worker=SGLangServerConfig(cache_dir=cache_dir, model_dir=args.model_dir),
+            router=SGLangRouterConfig(
+                port=args.port, policy=args.router_policy, cache_dir=cache_dir
+            ),
+            worker_ports=consecutive_ports(args.port + 1, args.workers),
+        )
+    )
+
+
+def _sglang_up(args: argparse.Namespace) -> int:
+    try:
+        running = _sglang_fleet(args) if args.workers > 1 else _sglang_server(args)
+        url = running.start()
+    except SGLangServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(url)
+    return 0
+
+
+def _sglang_setup(args: argparse.Namespace) -> int:
+    cache_dir = Settings().cache_dir
+    try:
+        python = ensure_sglang_env(cache_dir)
+        ensure_sglang_router(cache_dir)
+        model_dir = ensure_smollm2_model(cache_dir)
+    except SGLangServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"SGLang environment: {python}\nSmolLM2-135M-Instruct: {model_dir}")
+    return 0
+
+
+def _sglang_down(args: argparse.Namespace) -> int:
+    fleet = SGLangFleet.find(Settings().cache_dir, args.port)
+    stopped = fleet.stop() if fleet is not None else _sglang_server(args).stop()
+    print("stopped" if stopped else "not running")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from answer_service.cli.demo import run_demo, stop_demo
+
+    if args.down:
+        return stop_demo(args.port, args.sglang_port)
+    return run_demo(args.port, args.sglang_port, args.question)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="answer-service", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    index = commands.add_parser("index", help="build a faiss index").add_subparsers(
+        dest="index_command", required=True
+    )
+    build = index.add_parser("build", help="chunk, embed and index a JSONL corpus")
+    build.add_argument("corpus", type=Path, help="JSONL (or .jsonl.gz) with _id, title, text")
+    build.add_argument("--out", type=Path, required=True, help="index directory")
+    build.add_argument("--embedder", default=Settings.model_fields["embedder_model"].default)
+    build.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    build.add_argument("--passage-tokens", type=int, default=200)
+    build.add_argument("--overlap-tokens", type=int, default=40)
+    build.add_argument("--batch-size", type=int, default=64)
+    build.add_argument(
+        "--index-kind",
+        choices=["auto", "flat", "ivf", "hnsw"],
+        default="auto",
+        help="auto: exact up to 50,000 passages, IVF above",
+    )
+    build.add_argument("--force", action="store_true", help="rebuild even if current")
+    build.set_defaults(run=_index_build)
+
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--index", type=Path, required=True)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=DEFAULT_SERVICE_PORT)
+    serve.add_argument("--sglang-url", help="a running SGLang server (default: the local one)")
+    serve.add_argument("--tokenizer", help="chat template source (default: the served model)")
+    serve.add_argument(
+        "--server",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="uvloop: libuv's event loop and httptools (default); asyncio: the standard "
+        "library's loop and h11",
+    )
+    serve.add_argument(
+        "--keep-alive-s",
+        type=int,
+        default=75,
+        help="how long an idle client connection is kept open (default 75 s)",
+    )
+    serve.add_argument(
+        "--gil-switch-ms",
+        type=float,
+        default=None,
+        help="the interpreter's thread switch interval (default: Python's, 5 ms)",
+    )
+    serve.set_defaults(run=_serve)
+
+    ask = commands.add_parser("ask", help="stream an answer from a running service")
+    ask.add_argument("question")
+    ask.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_SERVICE_PORT}")
+    ask.add_argument("--budget-ms", type=int, default=None)
+    ask.add_argument("--top-k", type=int, default=None)
+    ask.add_argument(
+        "--api-key", default=os.environ.get("ANSWER_API_KEY"), help="default: $ANSWER_API_KEY"
+    )
+    ask.set_defaults(run=_ask)
+
+    sglang = commands.add_parser("sglang", help="a local SGLang server").add_subparsers(
+        dest="sglang_command", required=True
+    )
+    up = sglang.add_parser("up", help="build its environment if needed, start it, wait")
+    up.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
+    up.add_argument("--model-dir", type=Path, default=None, help="default: SmolLM2-135M")
+    up.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="N>1: N workers on the ports after --port and sglang-router on --port",
+    )
+    up.add_argument(
+        "--router-policy", choices=["cache_aware", "round_robin"], default="cache_aware"
+    )
+    up.set_defaults(run=_sglang_up)
+    setup = sglang.add_parser(
+        "setup", help="build its environment, router and model, start nothing"
+    )
+    setup.set_defaults(run=_sglang_setup)
+    down = sglang.add_parser("down", help="stop it (or the router and its workers)")
+    down.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
+    down.set_defaults(run=_sglang_down)
+
+    demo = commands.add_parser("demo", help="index the bundled corpus, start all, ask")
+    demo.add_argument("--port", type=int, default=DEFAULT_SERVICE_PORT)
+    demo.add_argument("--sglang-port", type=int, default=DEFAULT_SGLANG_PORT)
+    demo.add_argument("--question", default="How do I build an index without locking out writes?")
+    demo.add_argument("--down", action="store_true", help="stop what the demo started")
+    demo.set_defaults(run=_demo)
+    add_reranker_commands(commands)
+    add_keys_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    # faiss logs every instruction set it tries at INFO.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

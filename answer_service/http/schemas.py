@@ -1,0 +1,279 @@
+"""Pydantic models at the HTTP edge: request bodies, SSE payloads and JSON answers."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from answer_service.pipeline.attribution import Citation
+from answer_service.pipeline.events import AnswerStats, ErrorEvent, PlanRecord, Source
+from budget.planner import StageTimes
+
+
+class AnswerBody(BaseModel):
+    """`POST /v1/answer`. Unknown fields and wrong types are refused, not coerced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: StrictStr = Field(min_length=1, max_length=100_000, description="The question.")
+    ttft_budget_ms: StrictInt | None = Field(
+        default=None, gt=0, description="Time-to-first-token budget in milliseconds."
+    )
+    top_k: StrictInt | None = Field(default=None, ge=1, description="Passages to retrieve.")
+    stream: StrictBool = Field(default=True, description="Server-Sent Events, or one JSON object.")
+    allow_sources_only: StrictBool = Field(
+        default=False,
+        description="When no plan can make the budget, answer with the sources alone (an "
+        "empty answer) instead of refusing with 503.",
+    )
+
+
+class RetrieveBody(BaseModel):
+    """`POST /v1/retrieve`: the retrieval stage alone (for evaluation and debugging)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: StrictStr = Field(min_length=1, max_length=100_000)
+    top_k: StrictInt = Field(default=10, ge=1)
+    mode: Literal["dense", "lexical", "hybrid"] | None = None
+
+
+class RetrievedOut(BaseModel):
+    id: str
+    doc_id: str
+    title: str
+    score: float
+    text: str
+
+
+class RetrieveOut(BaseModel):
+    mode: str
+    passages: list[RetrievedOut]
+    timings_ms: dict[str, float]
+
+
+class ModesOut(BaseModel):
+    modes: list[str]
+
+
+class SourceOut(BaseModel):
+    number: int
+    id: str
+    doc_id: str
+    title: str
+    score: float
+    snippet: str
+
+    @classmethod
+    def of(cls, source: Source) -> SourceOut:
+        return cls(
+            number=source.number,
+            id=source.passage_id,
+            doc_id=source.doc_id,
+            title=source.title,
+            score=source.score,
+            snippet=source.snippet,
+        )
+
+
+class SourcesPayload(BaseModel):
+    sources: list[SourceOut]
+
+
+class TokenPayload(BaseModel):
+    text: str
+
+
+class CitationPayload(BaseModel):
+    """Answer sentence `sentence` (characters start..end of the answer) and the sources that
+    support it; `supported` is false when none covers enough of it (`score`: the best
+    coverage)."""
+
+    sentence: int
+    start: int
+    end: int
+    sources: list[int]
+    score: float
+    supported: bool
+
+    @classmethod
+    def of(cls, citation: Citation) -> CitationPayload:
+        return cls(
+            sentence=citation.sentence,
+            start=citation.start,
+            end=citation.end,
+            sources=list(citation.sources),
+            score=citation.score,
+            supported=citation.supported,
+        )
+
+
+class ErrorPayload(BaseModel):
+    stage: str
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, event: ErrorEvent) -> ErrorPayload:
+        return cls(stage=event.stage, code=event.code, message=event.message)
+
+
+class TimingsOut(BaseModel):
+    embed: float
+    search: float
+    rerank: float
+    prompt: float
+    generate: float
+
+
+class DonePayload(BaseModel):
+    trace_id: str
+    outcome: str
+    ttft_ms: float | None
+    ttft_budget_ms: int
+    within_budget: bool
+    timings_ms: TimingsOut
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    passages_in_prompt: int
+    passages_dropped: int
+    degraded: list[str]
+    prompt_layout: str
+    expected_cached_tokens: int
+    worker: str
+    # Served whole from the answer cache (no retrieval, no generation).
+    from_cache: bool = False
+
+    @classmethod
+    def of(cls, stats: AnswerStats) -> DonePayload:
+        stages = stats.stages
+        return cls(
+            trace_id=stats.trace_id,
+            outcome=stats.outcome,
+            ttft_ms=None if stats.ttft_ms is None else round(stats.ttft_ms, 2),
+            ttft_budget_ms=stats.ttft_budget_ms,
+            within_budget=stats.within_budget,
+            timings_ms=TimingsOut(
+                embed=round(stages.embed_ms, 2),
+                search=round(stages.search_ms, 2),
+                rerank=round(stages.rerank_ms, 2),
+                prompt=round(stages.prompt_ms, 2),
+                generate=round(stages.generate_ms, 2),
+            ),
+            prompt_tokens=stats.prompt_tokens,
+            cached_tokens=stats.cached_tokens,
+            completion_tokens=stats.completion_tokens,
+            finish_reason=stats.finish_reason,
+            passages_in_prompt=stats.passages_in_prompt,
+            passages_dropped=stats.passages_dropped,
+            degraded=list(stats.degraded),
+            prompt_layout=stats.prompt_layout,
+            expected_cached_tokens=stats.expected_cached_tokens,
+            worker=stats.worker,
+            from_cache=stats.from_cache,
+        )
+
+
+class StageMsOut(BaseModel):
+    embed: float
+    search: float
+    rerank: float
+    prompt: float
+    first_token: float
+
+    @classmethod
+    def of(cls, times: StageTimes) -> StageMsOut:
+        return cls(
+            embed=round(times.embed, 2),
+            search=round(times.search, 2),
+            rerank=round(times.rerank, 2),
+            prompt=round(times.prompt, 2),
+            first_token=round(times.first_token, 2),
+        )
+
+
+class CutOut(BaseModel):
+    stage: str
+    reason: str
+    planned: int
+    done: int
+
+
+class PlanPayload(BaseModel):
+    """The `plan` event: what the planner chose, what it predicted, what happened so far."""
+
+    planner: bool
+    tier: str
+    budget_ms: float
+    rerank_depth: int
+    passages: int
+    retrieve_k: int
+    initial_rerank_depth: int
+    initial_passages: int
+    quality: float
+    predicted_ms: StageMsOut
+    actual_ms: StageMsOut
+    cuts: list[CutOut]
+    queue_wait_ms: float
+    worker: str
+
+    @classmethod
+    def of(cls, plan: PlanRecord) -> PlanPayload:
+        return cls(
+            planner=plan.planner,
+            tier=plan.tier,
+            budget_ms=plan.budget_ms,
+            rerank_depth=plan.knobs.rerank_depth,
+            passages=plan.knobs.passages,
+            retrieve_k=plan.knobs.retrieve_k,
+            initial_rerank_depth=plan.initial.rerank_depth,
+            initial_passages=plan.initial.passages,
+            quality=round(plan.quality, 4),
+            predicted_ms=StageMsOut.of(plan.predicted_ms),
+            actual_ms=StageMsOut.of(plan.actual_ms),
+            cuts=[
+                CutOut(stage=c.stage, reason=c.reason, planned=c.planned, done=c.done)
+                for c in plan.cuts
+            ],
+            queue_wait_ms=round(plan.queue_wait_ms, 2),
+            worker=plan.worker,
+        )
+
+
+class AnswerOut(BaseModel):
+    """The non-streaming answer: what the stream would have carried, in one object."""
+
+    # With ` [n]` after each sentence that source n supports (the service's attribution).
+    answer: str
+    plan: PlanPayload
+    sources: list[SourceOut]
+    # One per answer sentence, including those nothing supports.
+    citations: list[CitationPayload] = []
+    done: DonePayload
+    error: ErrorPayload | None = None
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[dict[str, object]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    reasons: list[str]
+    index_passages: int | None = None
+    sglang_url: str
+    model: str | None = None
+    reranker: str
+    # `not configured`, `up`, or `down: <error>`; the service answers either way.
+    redis: str = "not configured"
+    # SGLang workers that fail their health check while another still answers.
+    workers_down: list[str] = []

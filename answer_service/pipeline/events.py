@@ -1,0 +1,135 @@
+"""What flows out of the answer pipeline: the request it answers, the sources, token deltas,
+errors and the final statistics, as plain values (the API turns them into SSE payloads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from answer_service.pipeline.attribution import Citation
+from budget.planner import Knobs, StageTimes
+from retrieval.passage import ScoredPassage
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerRequest:
+    query: str
+    ttft_budget_ms: int
+    # The most passages the prompt may hold; the planner may give it fewer.
+    top_k: int
+    tier: str = "standard"
+    # When no plan can make the budget: answer with the sources alone instead of refusing.
+    allow_sources_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Work the plan had that the request did not get, and why."""
+
+    stage: str
+    reason: str
+    planned: int
+    done: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRecord:
+    """What the request was planned to do and what it did; the `plan` event."""
+
+    planner: bool
+    tier: str
+    budget_ms: float
+    knobs: Knobs
+    # The plan made at arrival, before any cut.
+    initial: Knobs
+    quality: float
+    predicted_ms: StageTimes
+    actual_ms: StageTimes
+    cuts: tuple[Cut, ...]
+    queue_wait_ms: float
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    number: int
+    passage_id: str
+    doc_id: str
+    title: str
+    score: float
+    snippet: str
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimings:
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    rerank_ms: float = 0.0
+    prompt_ms: float = 0.0
+    generate_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerStats:
+    trace_id: str
+    outcome: str
+    ttft_ms: float | None
+    ttft_budget_ms: int
+    within_budget: bool
+    stages: StageTimings
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    finish_reason: str
+    passages_in_prompt: int
+    passages_dropped: int
+    degraded: tuple[str, ...]
+    prompt_layout: str = "relevance"
+    # The prefix the layout expected the worker to hold (system prompt + continued passages).
+    expected_cached_tokens: int = 0
+    worker: str = ""
+    # Served whole from the answer cache.
+    from_cache: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    passages: list[ScoredPassage]
+    timings: StageTimings
+    degraded: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanEvent:
+    record: PlanRecord
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesEvent:
+    sources: tuple[Source, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CitationEvent:
+    """An answer sentence has finished: the sources that support it (or none)."""
+
+    citation: Citation
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    stage: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DoneEvent:
+    stats: AnswerStats
+
+
+PipelineEvent = PlanEvent | SourcesEvent | TokenEvent | CitationEvent | ErrorEvent | DoneEvent

@@ -1,0 +1,228 @@
+"""The planner as the service runs it: models, gate and plans for one request at a time.
+
+`RequestPlanning` holds what lives as long as the service (the stage models that learn from
+every request, the quality curve, the generation gate); `PlanTracker` follows one request's plan
+through its stages, recording the predicted and actual time of each and every cut, and ends as
+the `PlanRecord` sent to the client in the `plan` event and set on the spans.
+
+With the planner switched off (`ANSWER_PLANNER=false`) the configuration is fixed by the
+settings (passages = the request's `top_k`, rerank depth = `ANSWER_RERANK_CANDIDATES` when a
+reranker is loaded); the plan is still predicted and recorded, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from answer_service.pipeline.admission import GenerationGate
+from answer_service.pipeline.events import Cut, PlanRecord
+from budget import CacheEstimator
+from budget.arrivals import ArrivalRate
+from budget.planner import (
+    Knobs,
+    Plan,
+    PlanInput,
+    Planner,
+    PlannerConfig,
+    QualityCurve,
+    Stage,
+    StageModels,
+    StageTimes,
+)
+
+# The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10) in
+# hybrid retrieval order: `python -m eval.calibrate.quality_curves` (eval/results/quality-curves.json).
+# No reranker weights can be had on the machines this was measured on, so there is no curve for
+# a rerank depth and the planner never pays for one; `ANSWER_PLANNER_QUALITY_FILE` loads the
+# curves measured with the reranker a deployment serves.
+DEFAULT_QUALITY = QualityCurve(
+    {0: (0.723, 0.873, 0.917, 0.947, 0.953, 0.963, 0.963, 0.967, 0.970, 0.970)}
+)
+
+
+def read_quality_curves(path: Path) -> QualityCurve:
+    """The `gold_in_top_n` curves by rerank depth of an `eval.calibrate.quality_curves` result file."""
+    try:
+        depths = json.loads(path.read_text())["metrics"]["depths"]
+        return QualityCurve(
+            {int(depth): tuple(curve["gold_in_top_n"]) for depth, curve in depths.items()}
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a quality-curves result: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class PlanningConfig:
+    enabled: bool = True
+    rerank_depths: tuple[int, ...] = (0, 10, 20)
+    fixed_rerank_depth: int = 20
+    retrieve_slack: int = 0
+    margin_fraction: float = 0.1
+    margin_ms: float = 50.0
+    admit_quantile: float = 0.9
+    burst_window_s: float = 5.0
+    slots_per_worker: int = 1
+    tier_weights: tuple[tuple[str, float], ...] = (("premium", 3.0), ("standard", 1.0))
+    default_tier: str = "standard"
+    tier_max_wait_ms: float = 2000.0
+    quality: QualityCurve = DEFAULT_QUALITY
+    # SGLang workers the whole fleet shares, for the fleet's arrival rate per worker (None:
+    # this replica's workers).
+    fleet_workers: int | None = None
+
+
+class FleetRate(Protocol):
+    def mark(self) -> None: ...
+
+    def per_second(self) -> float | None: ...
+
+
+def query_tokens(query: str) -> int:
+    """About four characters a token: good enough to price embedding a query."""
+    return max(1, len(query) // 4)
+
+
+@dataclass(slots=True)
+class PlanTracker:
+    """One request's plan as it runs."""
+
+    plan: Plan
+    planner: bool
+    tier: str
+    budget_ms: float
+    knobs: Knobs = field(init=False)
+    actual: StageTimes = field(default_factory=StageTimes)
+    cuts: list[Cut] = field(default_factory=list)
+    queue_wait_ms: float = 0.0
+    worker: str = ""
+    # When no plan is likely to make the budget: the smallest plan's median time on an idle
+    # worker (a budget under it is the request's problem, not the load's).
+    idle_floor_ms: float = 0.0
+    # Whether admission lets it in (set by `RequestPlanning.start`).
+    admitted: bool = True
+
+    def __post_init__(self) -> None:
+        self.knobs = self.plan.knobs
+
+    def slice_ms(self, *stages: Stage) -> float:
+        """The stages' predicted time plus their share of the plan's spare time."""
+        predicted = self.plan.predicted_ms
+        total = predicted.total
+        spare = max(self.plan.available_ms - total, 0.0)
+        stage_ms = sum(predicted.of(stage) for stage in stages)
+        return stage_ms * (1.0 + spare / total) if total > 0 else stage_ms
+
+    def spent(self, **stages_ms: float) -> None:
+        self.actual = dataclasses.replace(self.actual, **stages_ms)
+
+    def cut(self, stage: str, reason: str, done: int) -> None:
+        planned = self.knobs.rerank_depth if stage == "rerank" else self.knobs.passages
+        self.cuts.append(Cut(stage, reason, planned, done))
+        if stage == "rerank":
+            self.knobs = dataclasses.replace(self.knobs, rerank_depth=done)
+        else:
+            self.knobs = dataclasses.replace(self.knobs, passages=done)
+
+    def record(self, quality: QualityCurve) -> PlanRecord:
+        return PlanRecord(
+            planner=self.planner,
+            tier=self.tier,
+            budget_ms=self.budget_ms,
+            knobs=self.knobs,
+            initial=self.plan.knobs,
+            quality=quality.score(self.knobs.rerank_depth, self.knobs.passages),
+            predicted_ms=self.plan.predicted_ms,
+            actual_ms=self.actual,
+            cuts=tuple(self.cuts),
+            queue_wait_ms=self.queue_wait_ms,
+            worker=self.worker,
+        )
+
+
+class RequestPlanning:
+    def __init__(
+        self, config: PlanningConfig, workers: Sequence[str], fleet: FleetRate | None = None
+    ) -> None:
+        self.config = config
+        # Every replica's arrivals (answer_service/runtime/fleet_rate.py), where replicas share Redis.
+        self.fleet = fleet
+        self.models = StageModels(admit_quantile=config.admit_quantile)
+        self.planner = Planner(
+            self.models,
+            config.quality,
+            PlannerConfig(
+                rerank_depths=config.rerank_depths,
+                retrieve_slack=config.retrieve_slack,
+                margin_fraction=config.margin_fraction,
+                margin_ms=config.margin_ms,
+            ),
+        )
+        self.arrivals = ArrivalRate(burst_window_s=config.burst_window_s)
+        self.workers = max(len(workers), 1)
+        self.gate = GenerationGate(
+            workers, config.slots_per_worker, dict(config.tier_weights), config.tier_max_wait_ms
+        )
+
+    def start(
+        self,
+        query: str,
+        top_k: int,
+        remaining_ms: float,
+        budget_ms: float,
+        tier: str,
+        reranker: bool,
+        cache: CacheEstimator,
+    ) -> PlanTracker:
+        """The plan at arrival: the planner's choice, or the fixed configuration."""
+        worker = self.gate.least_loaded()
+        request = PlanInput(
+            remaining_ms=remaining_ms,
+            query_tokens=query_tokens(query),
+            max_passages=top_k,
+            reranker=reranker,
+            prefill_ahead_tokens=self.gate.pending_tokens(worker),
+            requests_ahead=self.gate.requests_ahead(worker),
+            worker=worker,
+            cached_share=cache.cached_share(worker),
+            arrival_rate_rps=self.arrival_rate_rps(),
+        )
+        self.arrivals.mark()  # after: the rate is that of the requests before this one
+        if self.fleet is not None:
+            self.fleet.mark()
+        if self.config.enabled:
+            plan = self.planner.plan(request)
+        else:
+            depth = self.config.fixed_rerank_depth if reranker else 0
+            plan = self.planner.evaluate(request, depth, top_k)
+        tracker = PlanTracker(plan, self.config.enabled, tier, budget_ms)
+        # Admission: with nothing queued, a plan whose typical time makes the budget is tried
+        # (refusing on the p90 refused too many at low load); behind a queue, whose own time
+        # is less certain, only one that makes it at the admission quantile with its margins.
+        tracker.admitted = plan.admissible or (plan.likely and request.requests_ahead == 0)
+        if not tracker.admitted:
+            tracker.idle_floor_ms = self.planner.idle_floor_ms(request)
+        return tracker
+
+    def arrival_rate_rps(self) -> float:
+        """Arrivals per second per worker: this replica's, or the fleet's where that is known
+        and higher (a replica alone underestimates what its workers are asked to do)."""
+        local = self.arrivals.per_second() / self.workers
+        fleet = self.fleet.per_second() if self.fleet is not None else None
+        if fleet is None:
+            return local
+        return max(local, fleet / (self.config.fleet_workers or self.workers))
+
+    def retry_after_s(self) -> int:
+        """When the least loaded worker should have worked off its queue."""
+        worker = self.gate.least_loaded()
+        drain_ms = self.models.predict_ms("first_token", self.gate.pending_tokens(worker), worker)
+        return max(1, math.ceil(drain_ms / 1000.0))
+
+    def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
+        self.models.observe(stage, work, elapsed_ms, worker)

@@ -1,0 +1,171 @@
+"""A request whose sources are known and whose SGLang stream is open (or that answers with its
+sources alone): everything `AnswerPipeline.events()` needs, and the one place it is released."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.trace import Span, Status, StatusCode
+
+from answer_service.pipeline.admission import Slot
+from answer_service.pipeline.attribution import Citation
+from answer_service.pipeline.events import (
+    AnswerRequest,
+    AnswerStats,
+    PlanRecord,
+    Source,
+    StageTimings,
+)
+from answer_service.pipeline.planning import PlanTracker, RequestPlanning
+from answer_service.pipeline.values import end_generate_span, plan_attributes
+from answer_service.runtime.caches import CachedAnswer
+from answer_service.runtime.metrics import ServiceMetrics
+from budget import CacheEstimator, Deadline
+from generation.prefix_routing import PrefixRouter
+from generation.prompt_layout import Prompt
+from generation.sglang_client import GenerationStream
+
+
+@dataclass(slots=True)
+class Generation:
+    """The open stream of a request that has a prompt, and what it holds while it runs."""
+
+    prompt: Prompt
+    stream: GenerationStream
+    span: Span
+    worker: str
+    router: PrefixRouter
+    slot: Slot
+    # Prefill work (tokens) ahead of and including this prompt when it was sent, and when.
+    prefill_tokens: float
+    sent_s: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(slots=True)
+class PreparedAnswer:
+    """Owns the root span and, when there is one, the generation: `close_nowait()` releases
+    them without awaiting, so it is safe from any `finally`, even under cancellation."""
+
+    request: AnswerRequest
+    deadline: Deadline
+    sources: tuple[Source, ...]
+    root: Span
+    timings: StageTimings
+    tracker: PlanTracker
+    planning: RequestPlanning
+    generation: Generation | None = None
+    cache: CacheEstimator | None = None
+    metrics: ServiceMetrics | None = None
+    degraded: tuple[str, ...] = ()
+    outcome: str = "ok"
+    ttft_ms: float | None = None
+    # A complete answer from the answer cache (no retrieval, no generation), or the key this
+    # answer is cached under when it completes.
+    cached: CachedAnswer | None = None
+    cache_key: str | None = None
+    _closed: bool = field(default=False)
+
+    @property
+    def trace_id(self) -> str:
+        return format(self.root.get_span_context().trace_id, "032x")
+
+    @property
+    def plan(self) -> PlanRecord:
+        return self.tracker.record(self.planning.config.quality)
+
+    def first_token(self) -> None:
+        """The first token arrived: time it, free the slot, teach the first-token model."""
+        self.ttft_ms = self.deadline.elapsed_ms()
+        generation = self.generation
+        if generation is None:
+            return
+        generation.span.add_event("first_token", {"answer.ttft_ms": self.ttft_ms})
+        generation.slot.prefilled()
+        self._observe_first_token(generation)
+
+    def _observe_first_token(self, generation: Generation) -> None:
+        elapsed_ms = (time.perf_counter() - generation.sent_s) * 1000.0
+        self.planning.observe(
+            "first_token", generation.prefill_tokens, elapsed_ms, generation.worker
+        )
+        self.tracker.spent(first_token=elapsed_ms)
+
+    def stats(self) -> AnswerStats:
+        generation = self.generation
+        result = generation.stream.result if generation else None
+        prompt = generation.prompt if generation else None
+        cached = self.cached
+        return AnswerStats(
+            trace_id=self.trace_id,
+            outcome=self.outcome,
+            ttft_ms=self.ttft_ms,
+            ttft_budget_ms=self.request.ttft_budget_ms,
+            within_budget=self.ttft_ms is not None and self.ttft_ms <= self.request.ttft_budget_ms,
+            stages=self.timings,
+            prompt_tokens=result.prompt_tokens if result else 0,
+            cached_tokens=result.cached_tokens if result else 0,
+            completion_tokens=result.completion_tokens
+            if result
+            else (cached.completion_tokens if cached else 0),
+            finish_reason=result.finish_reason
+            if result
+            else (cached.finish_reason if cached else self.outcome),
+            passages_in_prompt=len(prompt.passages) if prompt else 0,
+            passages_dropped=prompt.dropped_passages if prompt else 0,
+            degraded=self.degraded,
+            prompt_layout=prompt.layout if prompt else "none",
+            expected_cached_tokens=prompt.expected_cached_tokens if prompt else 0,
+            worker=generation.worker if generation else "",
+            from_cache=cached is not None,
+        )
+
+    def cacheable(
+        self, stats: AnswerStats, text: str, citations: Sequence[Citation]
+    ) -> CachedAnswer | None:
+        """This answer as the cache keeps it, if it is complete: generated, not cut, not
+        degraded, not cut short."""
+        complete = stats.outcome == "ok" and stats.finish_reason in ("stop", "length")
+        if self.generation is None or not complete or self.degraded or self.tracker.cuts:
+            return None
+        return CachedAnswer(
+            text, self.sources, tuple(citations), stats.completion_tokens, stats.finish_reason
+        )
+
+    def close_nowait(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        generation = self.generation
+        if generation is not None:
+            generation.stream.close_nowait()
+            end_generate_span(generation.span, generation.stream.result)
+            generation.router.release(generation.worker)
+            if not generation.slot.released:
+                generation.slot.release()
+                if self.outcome == "error":  # no first token: at least this long
+                    self._observe_first_token(generation)
+        stats = self.stats()
+        if self.cache is not None and generation and generation.stream.result is not None:
+            self.cache.observe(
+                generation.worker,
+                stats.prompt_tokens,
+                stats.expected_cached_tokens,
+                stats.cached_tokens,
+            )
+        plan = self.plan
+        if self.metrics is not None:
+            self.metrics.answered(stats, plan)
+        self.root.set_attributes(
+            {
+                **plan_attributes(plan),
+                "answer.outcome": stats.outcome,
+                "answer.within_budget": stats.within_budget,
+                "answer.ttft_ms": stats.ttft_ms if stats.ttft_ms is not None else -1.0,
+                "answer.degraded": stats.degraded,
+            }
+        )
+        if stats.outcome not in ("ok", "cancelled", "sources_only"):
+            self.root.set_status(Status(StatusCode.ERROR, stats.outcome))
+        self.root.end()

@@ -1,0 +1,349 @@
+"""Building the service's components from settings, and warming them up.
+
+`Components` is the composition root: one shared `httpx.AsyncClient`, the SGLang client, the
+tracer and the recent-trace store exist from the start; the pipeline appears once warm-up
+(embedder, index, chat template) has finished, and `not_ready_reasons()` says what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+
+import httpx
+from opentelemetry.sdk.trace import TracerProvider
+
+from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
+from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
+from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
+from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
+from answer_service.runtime.fleet_rate import FleetArrivals
+from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
+from answer_service.runtime.index_watch import IndexWatcher
+from answer_service.runtime.loop_lag import LoopLag
+from answer_service.runtime.metrics import ServiceMetrics
+from answer_service.runtime.rate_limit import RateLimiter
+from answer_service.runtime.redis_link import RedisLink
+from answer_service.runtime.request_log import RequestLog
+from answer_service.runtime.settings import Settings
+from answer_service.runtime.shared_requests import SharedRequests
+from answer_service.runtime.telemetry import RecentTraces, build_tracer_provider
+from generation.errors import GenerationError
+from generation.prompt_layout import HFChatTemplate
+from generation.sglang_client import SGLangClient
+from retrieval.embedder import Embedder, EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.errors import RetrievalError
+from retrieval.index.ann import SearchDepth
+from retrieval.rerank.cross_encoder import RerankerConfig, load_reranker
+from retrieval.retriever import Retriever
+from retrieval.search.fusion import FusionConfig
+
+logger = logging.getLogger(__name__)
+
+_SGLANG_RETRY_S = 2.0
+
+
+@dataclass(slots=True)
+class Components:
+    settings: Settings
+    http: httpx.AsyncClient
+    # The SGLang endpoints requests go to: one server or router, or the workers the service
+    # routes over itself (ANSWER_SGLANG_WORKERS). `sglang` is the first.
+    workers: list[SGLangClient]
+    recent: RecentTraces
+    provider: TracerProvider
+    metrics: ServiceMetrics
+    request_log: RequestLog
+    gc_pauses: GcPauses
+    loop_lag: LoopLag
+    redis: RedisLink | None = None
+    shared_requests: SharedRequests | None = None
+    # Every replica's arrival rate, for the planner (with Redis).
+    fleet: FleetArrivals | None = None
+    # API keys (None: none asked for), their rate limits and open answers.
+    keys: KeyRing | None = None
+    rate_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
+    streams: StreamCounts = field(default_factory=StreamCounts)
+    retriever: Retriever | None = None
+    pipeline: AnswerPipeline | None = None
+    served_model: str | None = None
+    warm_up_error: str | None = None
+    reranker_status: str = "not loaded"
+    _warm_up_task: asyncio.Task[None] | None = field(default=None)
+    _reranker_task: asyncio.Task[None] | None = field(default=None)
+    _watch_task: asyncio.Task[None] | None = field(default=None)
+    _fleet_task: asyncio.Task[None] | None = field(default=None)
+    _lag_task: asyncio.Task[None] | None = field(default=None)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Components:
+        http = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            timeout=httpx.Timeout(10.0),
+        )
+        recent = RecentTraces(settings.recent_traces)
+        provider = build_tracer_provider(
+            settings.service_name, recent, settings.otel_exporter_otlp_endpoint
+        )
+        urls = settings.sglang_workers or [settings.sglang_url]
+        workers = [SGLangClient(http, url) for url in urls]
+        redis = shared = None
+        if settings.redis_url is not None:
+            redis = RedisLink.from_url(
+                settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
+            )
+            shared = SharedRequests(redis, maxlen=settings.shared_requests)
+        request_log = RequestLog(settings.recent_requests, sink=shared)
+        keys = KeyRing(read_api_keys(settings.api_keys_file)) if settings.api_keys_file else None
+        metrics = ServiceMetrics(listeners=(request_log,))
+        return cls(
+            settings,
+            http,
+            workers,
+            recent,
+            provider,
+            metrics,
+            request_log,
+            GcPauses(metrics.registry),
+            LoopLag(metrics.registry, stall_s=settings.loop_stall_ms / 1000.0),
+            redis=redis,
+            shared_requests=shared,
+            fleet=FleetArrivals(redis) if redis is not None else None,
+            keys=keys,
+            rate_limiter=RateLimiter(redis),
+        )
+
+    async def redis_status(self) -> str:
+        """`not configured`, `up`, or `down: <error>` (a fresh ping)."""
+        if self.redis is None:
+            return "not configured"
+        return "up" if await self.redis.ping() else f"down: {self.redis.error}"
+
+    @property
+    def sglang(self) -> SGLangClient:
+        return self.workers[0]
+
+    def start_warm_up(self) -> None:
+        self.gc_pauses.install()
+        loop = asyncio.get_running_loop()
+        self._warm_up_task = loop.create_task(self._warm_up())
+        self._lag_task = loop.create_task(self.loop_lag.run())
+        if self.fleet is not None:
+            self._fleet_task = loop.create_task(self.fleet.run())
+
+    async def wait_ready(self) -> None:
+        if self._warm_up_task is not None:
+            await self._warm_up_task
+
+    async def _warm_up(self) -> None:
+        settings = self.settings
+        try:
+            if settings.index_dir is None:
+                raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
+            embedder = SentenceTransformerEmbedder(
+                EmbedderConfig(model=settings.embedder_model, device=settings.device)
+            )
+            self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
+            tokenizer = settings.tokenizer or await self._served_model()
+            self.served_model = self.served_model or tokenizer
+            template = HFChatTemplate(tokenizer)
+            await asyncio.to_thread(template.warm_up)
+        except (RetrievalError, GenerationError) as exc:
+            self.warm_up_error = str(exc)
+            logger.error("warm-up failed error=%s", exc)
+            return
+        if settings.gc_freeze:  # before it is ready: the full collection stalls everything
+            await asyncio.to_thread(freeze_heap, collect=True)
+        config = _pipeline_config(settings, self.served_model)
+        self.pipeline = AnswerPipeline(
+            self.retriever,
+            template,
+            self.workers,
+            self.provider.get_tracer("answer_service"),
+            config,
+            self.metrics,
+            answer_cache=self._answer_cache(config, self.retriever),
+            embeddings=self._embedding_cache(self.retriever),
+            fleet=self.fleet,
+        )
+        logger.info(
+            "warm-up finished passages=%d model=%s", len(self.retriever.index), self.served_model
+        )
+        self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
+        if settings.index_watch_s > 0:
+            grace_s = settings.max_ttft_budget_ms / 1000.0 * settings.ttft_timeout_factor
+            watcher = IndexWatcher(
+                self, settings.index_dir, every_s=settings.index_watch_s, grace_s=grace_s
+            )
+            self._watch_task = asyncio.get_running_loop().create_task(watcher.run())
+
+    def open_retriever(self, embedder: Embedder) -> Retriever:
+        """The configured index directory's retriever (blocking: run it in a thread)."""
+        settings = self.settings
+        assert settings.index_dir is not None
+        fusion = FusionConfig(
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            lexical_weight=settings.lexical_weight,
+        )
+        return Retriever.open(
+            settings.index_dir,
+            embedder,
+            device=settings.device,
+            fusion=fusion,
+            max_workers=settings.retrieval_workers,
+        )
+
+    def swap_retriever(self, retriever: Retriever) -> Retriever | None:
+        """Serve from `retriever` from now on (the reranker carries over); returns the old
+        one, which requests under way may still be using."""
+        old, self.retriever = self.retriever, retriever
+        if old is not None:
+            retriever.reranker = old.reranker
+        if self.pipeline is not None:
+            config = _pipeline_config(self.settings, self.served_model)
+            self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
+        return old
+
+    def _store(self, namespace: str, ttl_s: float) -> SharedCache:
+        capacity = self.settings.local_cache_entries
+        return SharedCache(self.redis, namespace, ttl_s=ttl_s, capacity=capacity)
+
+    def _answer_cache(self, config: PipelineConfig, retriever: Retriever) -> AnswerCache | None:
+        ttl_s = self.settings.answer_cache_ttl_s
+        if ttl_s <= 0:
+            return None
+        manifest = retriever.index.manifest
+        shape = dataclasses.asdict(config)
+        shape.pop("planning")  # how much work a request gets, not what its answer says
+        parts = {"index": manifest.to_json(), "pipeline": shape, "version": 1}
+        return AnswerCache(self._store("answer", ttl_s), fingerprint(parts))
+
+    def _embedding_cache(self, retriever: Retriever) -> EmbeddingCache | None:
+        ttl_s = self.settings.embedding_cache_ttl_s
+        if ttl_s <= 0:
+            return None
+        return EmbeddingCache(self._store("embedding", ttl_s), retriever.embedder.name)
+
+    async def _load_reranker(self) -> None:
+        """Attach the reranker when it has loaded; until then requests go without it."""
+        settings = self.settings
+        if settings.reranker_model is None:
+            self.reranker_status = "disabled by configuration"
+            return
+        self.reranker_status = f"loading {settings.reranker_model}"
+        config = RerankerConfig(
+            model=settings.reranker_model,
+            device=settings.device,
+            max_tokens=settings.reranker_max_tokens,
+        )
+        reranker = await asyncio.to_thread(load_reranker, config)
+        if reranker is None:
+            self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
+        elif self.retriever is not None:
+            self.retriever.reranker = reranker
+            self.reranker_status = reranker.name
+
+    async def _served_model(self) -> str:
+        """The model SGLang serves; waits for SGLang to come up (readiness says so meanwhile)."""
+        while True:
+            try:
+                self.served_model = await self.sglang.model_path()
+                return self.served_model
+            except GenerationError as exc:
+                logger.info("waiting for sglang url=%s error=%s", self.sglang.base_url, exc)
+                await asyncio.sleep(_SGLANG_RETRY_S)
+
+    async def not_ready_reasons(self, down: list[str] | None = None) -> list[str]:
+        """What keeps the service from answering; `down`: the workers known to be down
+        (else checked now)."""
+        reasons = []
+        if self.warm_up_error is not None:
+            reasons.append(f"warm-up failed: {self.warm_up_error}")
+        elif self.pipeline is None:
+            reasons.append("warming up (embedder, index, chat template)")
+        down = await self.workers_down() if down is None else down
+        if len(down) == len(self.workers):  # one of several down: the others answer, and
+            # /readyz should not take this replica out of its balancer for it
+            reasons += [f"SGLang at {url} is not healthy" for url in down]
+        return reasons
+
+    async def workers_down(self) -> list[str]:
+        healthy = await asyncio.gather(*(w.health(timeout_s=1.0) for w in self.workers))
+        return [w.base_url for w, ok in zip(self.workers, healthy, strict=True) if not ok]
+
+    async def aclose(self) -> None:
+        tasks = (
+            self._warm_up_task,
+            self._reranker_task,
+            self._watch_task,
+            self._fleet_task,
+            self._lag_task,
+        )
+        for task in tasks:
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self.retriever is not None:
+            self.retriever.close()
+        for worker in self.workers:
+            await worker.drain()
+        await self.http.aclose()
+        if self.shared_requests is not None:
+            await self.shared_requests.drain()
+        if self.fleet is not None:
+            await self.fleet.drain()
+        if self.redis is not None:
+            await self.redis.aclose()
+        self.provider.shutdown()
+        self.gc_pauses.remove()
+        if self.settings.gc_freeze:
+            thaw_heap()
+
+
+def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:
+    return PipelineConfig(
+        served_model=served_model or "unknown",
+        max_prompt_tokens=settings.max_prompt_tokens,
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        retrieval_floor_ms=settings.retrieval_floor_ms,
+        ttft_timeout_factor=settings.ttft_timeout_factor,
+        next_token_timeout_s=settings.next_token_timeout_s,
+        sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
+        snippet_chars=settings.snippet_chars,
+        retrieval_mode=settings.retrieval_mode,
+        prompt_layout=settings.prompt_layout,
+        routing=settings.sglang_routing,
+        cache_slack=settings.prompt_cache_slack,
+        cache_adopt=settings.prompt_cache_adopt,
+        citation_threshold=settings.citation_threshold,
+        max_citation_sources=settings.max_citation_sources,
+        abstain_below=settings.abstain_below,
+        search_depth=SearchDepth(
+            nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
+        ),
+        record_content=settings.record_content,
+        planning=PlanningConfig(
+            enabled=settings.planner,
+            rerank_depths=tuple(settings.planner_rerank_depths),
+            fixed_rerank_depth=settings.rerank_candidates,
+            retrieve_slack=settings.prompt_cache_slack
+            if settings.prompt_layout == "cache_aware"
+            else 0,
+            margin_fraction=settings.planner_margin_fraction,
+            margin_ms=settings.planner_margin_ms,
+            admit_quantile=settings.planner_admit_quantile,
+            burst_window_s=settings.planner_burst_window_s,
+            slots_per_worker=settings.generation_slots_per_worker,
+            tier_weights=tuple(settings.tier_weights.items()),
+            default_tier=settings.default_tier,
+            tier_max_wait_ms=settings.tier_max_wait_ms,
+            fleet_workers=settings.fleet_workers,
+            quality=read_quality_curves(settings.planner_quality_file)
+            if settings.planner_quality_file
+            else DEFAULT_QUALITY,
+        ),
+    )

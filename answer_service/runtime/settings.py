@@ -1,0 +1,239 @@
+"""The service's one settings class, read from the environment (prefix `ANSWER_`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from answer_service.pipeline.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
+from answer_service.pipeline.planning import read_quality_curves
+from answer_service.runtime.auth import read_api_keys
+from retrieval.embedder import DEFAULT_EMBEDDER
+from retrieval.rerank.cross_encoder import DEFAULT_RERANKER
+
+DEFAULT_SGLANG_PORT = 30000
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "answer-service"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ANSWER_", extra="forbid")
+
+    service_name: str = "answer-service"
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    index_dir: Path | None = None
+    # Seconds between checks of `index_dir` for a new index (a flipped symlink, a rewritten
+    # manifest), swapped in without dropping a request; 0: never (answer_service/runtime/index_watch.py).
+    index_watch_s: float = Field(default=0.0, ge=0.0)
+
+    embedder_model: str = DEFAULT_EMBEDDER
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    retrieval_workers: int = Field(default=2, ge=1, le=64)
+    # hybrid: reciprocal-rank fusion of dense and BM25 lists (where the index has BM25).
+    retrieval_mode: Literal["dense", "lexical", "hybrid"] = "hybrid"
+    rrf_k: int = Field(default=60, ge=0)
+    dense_weight: float = Field(default=1.0, ge=0.0)
+    lexical_weight: float = Field(default=1.0, ge=0.0)
+    # Default per-query depth of an approximate index (ignored by exact search).
+    search_nprobe: int = Field(default=16, ge=1)
+    search_ef_search: int = Field(default=64, ge=1)
+    # A sentence-transformers CrossEncoder by hub id or folder; None turns the stage off.
+    # Loaded in the background after warm-up; where it cannot load, the service says so once
+    # and answers without it.
+    reranker_model: str | None = DEFAULT_RERANKER
+    rerank_candidates: int = Field(default=20, ge=1, le=200)
+    reranker_max_tokens: int = Field(default=256, ge=16, le=512)
+
+    sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
+    # Several SGLang workers the service routes over itself (JSON list or comma-separated),
+    # instead of `sglang_url`: `prefix` sends a prompt where its passages were sent before
+    # (generation/prefix_routing.py), `round_robin` ignores the cache.
+    sglang_workers: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    sglang_routing: Literal["prefix", "round_robin"] = "prefix"
+    # Tokenizer whose chat template lays the prompt out; default: the served model's path as
+    # SGLang reports it (a local folder or a hub id).
+    tokenizer: str | None = None
+    max_prompt_tokens: int = Field(default=1800, ge=64)
+    # Passage order in the prompt: cache_aware continues the prefix SGLang most likely holds
+    # (see generation/prefix_order.py); relevance keeps the retrieval order.
+    prompt_layout: Literal["relevance", "stable", "cache_aware"] = "cache_aware"
+    # cache_aware only: up to this many of the last places may go to passages ranked just
+    # below top_k when they continue a cached prefix (0: reorder only, never substitute).
+    prompt_cache_slack: int = Field(default=0, ge=0, le=20)
+    # cache_aware only: up to this many places may go to passages another question's prompt
+    # put on a remembered prefix ahead of this prompt's own (0: only the ranking's own).
+    prompt_cache_adopt: int = Field(default=0, ge=0, le=20)
+    max_new_tokens: int = Field(default=160, ge=1, le=4096)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+
+    default_ttft_budget_ms: int = Field(default=3000, gt=0)
+    max_ttft_budget_ms: int = Field(default=120_000, gt=0)
+    # Embedding and search get at least this long, whatever their slice of the plan says.
+    retrieval_floor_ms: int = Field(default=250, ge=1)
+    # The deadline planner (answer_service/pipeline/planning.py): per request, the rerank depth and the
+    # passages in the prompt that fit the TTFT budget, and refusal (503 + Retry-After) when
+    # nothing fits. Off: every request does `rerank_candidates` and `top_k` as configured.
+    planner: bool = True
+    planner_rerank_depths: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [0, 10, 20]
+    )
+    # Expected quality by rerank depth and passages (an `eval.calibrate.quality_curves` result); default:
+    # the hybrid-order curve measured on SQuAD (answer_service/pipeline/planning.py).
+    planner_quality_file: Path | None = None
+    # Held back from the time left: the models' misses.
+    planner_margin_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    planner_margin_ms: float = Field(default=50.0, ge=0.0)
+    # The latency quantile a request queued behind others is admitted on (plans are chosen on
+    # the p90): lower admits more of a burst, at some risk to the admitted ones' SLO.
+    planner_admit_quantile: float = Field(default=0.9, ge=0.5, lt=1.0)
+    # The arrival rate the planner sizes prefills by is the higher of the last 30 s's and the
+    # last `planner_burst_window_s`'s (30: the steady rate alone).
+    planner_burst_window_s: float = Field(default=5.0, gt=0.0, le=30.0)
+    # Prompts each SGLang worker prefills at once; others wait by tenant tier.
+    generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
+    # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a
+    # request that has waited `tier_max_wait_ms` goes next whatever its tier.
+    tier_weights: dict[str, float] = Field(
+        default_factory=lambda: {"premium": 3.0, "standard": 1.0}
+    )
+    default_tier: str = "standard"
+    tier_max_wait_ms: float = Field(default=2000.0, gt=0.0)
+    # A first token later than budget x factor is given up on; the budget itself is the target.
+    ttft_timeout_factor: float = Field(default=4.0, ge=1.0)
+    next_token_timeout_s: float = Field(default=20.0, gt=0.0)
+    sglang_connect_timeout_s: float = Field(default=2.0, gt=0.0)
+
+    default_top_k: int = Field(default=5, ge=1)
+    max_top_k: int = Field(default=20, ge=1)
+    max_retrieve_k: int = Field(default=200, ge=1)
+    max_query_chars: int = Field(default=2000, ge=1)
+    snippet_chars: int = Field(default=300, ge=0)
+
+    # Citations the service attributes: an answer sentence cites the prompt passages holding at
+    # least this share of its content terms (at most `max_citation_sources` of them). A
+    # question whose best source holds less than `abstain_below` of its terms is answered
+    # "I do not know" without the model (0 turns that off). Both measured on SQuAD:
+    # eval/results/citation-thresholds.json.
+    citation_threshold: float = Field(default=SUPPORT_THRESHOLD, gt=0.0, le=1.0)
+    max_citation_sources: int = Field(default=2, ge=1, le=20)
+    abstain_below: float = Field(default=ABSTAIN_BELOW, ge=0.0, le=1.0)
+
+    # Freeze the start-up heap out of the garbage collector's walks once warm, so a full
+    # collection does not stall every answer for the ~550k objects torch and the models left
+    # (answer_service/runtime/gc_pauses.py).
+    gc_freeze: bool = True
+    # Log the event loop's stack when it is kept this long past due (0: off;
+    # answer_service/runtime/loop_lag.py).
+    loop_stall_ms: int = Field(default=0, ge=0)
+
+    record_content: bool = False
+    recent_traces: int = Field(default=500, ge=1)
+    # Request summaries kept in memory for the dashboard (`GET /dashboard`), and how often it
+    # is pushed a fresh snapshot.
+    recent_requests: int = Field(default=5000, ge=1)
+    # With Redis: every replica's summaries, in the stream (XADD's cap) and mirrored in memory.
+    shared_requests: int = Field(default=20_000, ge=1)
+    dashboard_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
+
+    # API keys (answer_service/runtime/auth.py): a JSON file of key digests with their tier and limits;
+    # None: no keys asked for. `answer-service keys add` writes it.
+    api_keys_file: Path | None = None
+    # Request bodies over this get 413; browsers from these origins may call the API (CORS).
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    # Redis, shared by the replicas (e.g. redis://127.0.0.1:6379/0); None: in-process only.
+    # Keys start with `redis_prefix`. Every call is bounded by `redis_timeout_s`; when Redis
+    # fails the service goes on with in-process fallbacks and `/readyz` says so.
+    redis_url: str | None = None
+    redis_prefix: str = Field(default="answer:", min_length=1)
+    redis_timeout_s: float = Field(default=0.25, gt=0.0, le=10.0)
+    # With Redis the planner sees every replica's arrivals, per SGLang worker of the fleet:
+    # how many workers that is (default: the ones this replica knows).
+    fleet_workers: int | None = Field(default=None, ge=1)
+    # Complete answers (greedy decoding only) and query embeddings are cached for this long,
+    # in Redis and, while it is down, in a small in-process LRU; 0 turns a cache off.
+    answer_cache_ttl_s: float = Field(default=600.0, ge=0.0)
+    embedding_cache_ttl_s: float = Field(default=86_400.0, ge=0.0)
+    local_cache_entries: int = Field(default=2048, ge=1)
+
+    @field_validator("planner_rerank_depths", mode="before")
+    @classmethod
+    def _depths(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [int(depth) for depth in value.replace("[", "").replace("]", "").split(",")]
+        return value
+
+    @field_validator("planner_rerank_depths")
+    @classmethod
+    def _with_zero(cls, value: list[int]) -> list[int]:
+        if 0 not in value or any(depth < 0 for depth in value):
+            raise ValueError("planner_rerank_depths must include 0 (no rerank) and no negatives")
+        return sorted(set(value))
+
+    @field_validator("planner_quality_file")
+    @classmethod
+    def _readable_curves(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            read_quality_curves(value)  # a bad file fails at start-up, with its reason
+        return value
+
+    @field_validator("tier_weights")
+    @classmethod
+    def _positive_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if not value or any(weight <= 0 for weight in value.values()):
+            raise ValueError("tier_weights needs at least one tier, each with a weight > 0")
+        return value
+
+    @model_validator(mode="after")
+    def _default_tier_known(self) -> Settings:
+        if self.default_tier not in self.tier_weights:
+            raise ValueError(
+                f"default_tier {self.default_tier!r} is not in tier_weights {sorted(self.tier_weights)}"
+            )
+        return self
+
+    @field_validator("api_keys_file")
+    @classmethod
+    def _readable_keys(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            read_api_keys(value)  # a bad file fails at start-up, with its reason
+        return value
+
+    @field_validator("sglang_workers", "cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.strip().startswith("["):
+                return json.loads(value)
+            return [url.strip() for url in value.split(",") if url.strip()]
+        return value
+
+    @field_validator("sglang_workers")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        urls = [url.rstrip("/") for url in value]
+        if len(set(urls)) != len(urls):
+            raise ValueError("sglang_workers must be distinct")
+        return urls
+
+    @field_validator("reranker_model", "tokenizer", "redis_url", mode="before")
+    @classmethod
+    def _empty_means_none(cls, value: object) -> object:
+        """`ANSWER_RERANKER_MODEL=` (or `none`) in the environment turns the option off."""
+        if isinstance(value, str) and value.strip().lower() in ("", "none"):
+            return None
+        return value
+
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "ANSWER_OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )

@@ -1,0 +1,3 @@
+"""`answer-eval`: the offline evaluation commands (retrieval, answers, load, report,
+calibrate-citations) and their entry point.
+"""

@@ -1,0 +1,195 @@
+"""Building an index from a corpus, streaming: memory holds one batch plus the index itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from retrieval.corpus import corpus_checksum, read_corpus
+from retrieval.embedder import Embedder, passage_embedding_text
+from retrieval.errors import RetrievalError
+from retrieval.index.ann import AnnConfig
+from retrieval.index.faiss_index import FORMAT_VERSION, IndexManifest, read_manifest
+from retrieval.index.writer import IndexWriter
+from retrieval.passage import ChunkingConfig, Passage, split_document
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_PASSAGES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class BuildReport:
+    manifest: IndexManifest
+    documents: int
+    seconds: float
+    reused: bool
+
+
+def _batches(passages: Iterator[Passage], size: int) -> Iterator[list[Passage]]:
+    batch: list[Passage] = []
+    for passage in passages:
+        batch.append(passage)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _count_documents(corpus: Path) -> int:
+    return sum(1 for _ in read_corpus(corpus))
+
+
+def index_is_current(
+    directory: Path,
+    corpus: Path,
+    embedder: Embedder,
+    chunking: ChunkingConfig,
+    lexical: bool = True,
+) -> bool:
+    """True when `directory` already holds an index of this corpus, embedder and chunking."""
+    if not (directory / "manifest.json").is_file():
+        return False
+    manifest = read_manifest(directory)
+    return (
+        manifest.format_version == FORMAT_VERSION
+        and manifest.corpus_checksum == corpus_checksum(corpus)
+        and manifest.embedder == embedder.name
+        and manifest.passage_tokens == chunking.passage_tokens
+        and manifest.overlap_tokens == chunking.overlap_tokens
+        and manifest.lexical_index == ("bm25" if lexical else None)
+    )
+
+
+def _build_key(checksum: str, embedder: Embedder, chunking: ChunkingConfig) -> str:
+    """What a staging folder was built for; a resumed build must match it exactly."""
+    identity = [
+        FORMAT_VERSION,
+        checksum,
+        embedder.name,
+        embedder.dimension,
+        chunking.passage_tokens,
+        chunking.overlap_tokens,
+    ]
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
+
+
+def _embed_corpus(
+    corpus: Path,
+    writer: IndexWriter,
+    embedder: Embedder,
+    chunking: ChunkingConfig,
+    batch_size: int,
+    total_documents: int,
+    progress: bool,
+) -> int:
+    """Embed the documents the writer does not hold yet, checkpointing whole documents.
+
+    Returns how many documents this call embedded.
+    """
+    skip = writer.resumed.documents
+    # (documents split so far, passages they made), in order; consumed by checkpoints.
+    split: deque[tuple[int, int]] = deque()
+    bar = tqdm(
+        total=total_documents, initial=skip, unit="doc", desc="indexing", disable=not progress
+    )
+
+    def passages() -> Iterator[Passage]:
+        produced = writer.count
+        for number, document in enumerate(read_corpus(corpus), start=1):
+            if number <= skip:
+                continue
+            for passage in split_document(document, embedder, chunking):
+                produced += 1
+                yield passage
+            split.append((number, produced))
+            bar.update(1)
+
+    checkpointed = writer.count
+    with bar:
+        for batch in _batches(passages(), batch_size):
+            texts = [passage_embedding_text(passage) for passage in batch]
+            writer.add(batch, embedder.encode(texts, batch_size=batch_size))
+            bar.set_postfix(passages=writer.count, refresh=False)
+            if writer.count - checkpointed >= CHECKPOINT_PASSAGES:
+                checkpointed = _checkpoint(writer, split, checkpointed)
+    return total_documents - skip
+
+
+def _checkpoint(writer: IndexWriter, split: deque[tuple[int, int]], previous: int) -> int:
+    """Checkpoint the whole documents whose passages are all written; return their passages."""
+    done: tuple[int, int] | None = None
+    while split and split[0][1] <= writer.count:
+        done = split.popleft()
+    if done is None:
+        return previous
+    writer.checkpoint(*done)
+    return done[1]
+
+
+def build_index(
+    corpus: Path,
+    out_dir: Path,
+    embedder: Embedder,
+    *,
+    chunking: ChunkingConfig | None = None,
+    ann: AnnConfig | None = None,
+    lexical: bool = True,
+    batch_size: int = 64,
+    progress: bool = True,
+    force: bool = False,
+) -> BuildReport:
+    """Chunk, embed and index `corpus` into `out_dir` (replaced atomically at the end).
+
+    An `out_dir` that already holds an index of the same corpus, embedder and chunking is kept
+    as it is unless `force` is set.
+    """
+    chunking = chunking or ChunkingConfig()
+    ann = ann or AnnConfig()
+    started_s = time.monotonic()
+    embedder.warm_up()
+    if not force and index_is_current(out_dir, corpus, embedder, chunking, lexical):
+        logger.info("index is current dir=%s", out_dir)
+        return BuildReport(read_manifest(out_dir), 0, time.monotonic() - started_s, True)
+    checksum = corpus_checksum(corpus)
+    total_documents = _count_documents(corpus)
+    if total_documents == 0:
+        raise RetrievalError(f"{corpus} holds no documents")
+    key = _build_key(checksum, embedder, chunking)
+    writer = IndexWriter(out_dir, embedder.dimension, key)
+    try:
+        documents = _embed_corpus(
+            corpus, writer, embedder, chunking, batch_size, total_documents, progress
+        )
+        if writer.count == 0:
+            raise RetrievalError(f"{corpus} holds no text to index")
+        kind = ann.resolve(writer.count)
+        manifest = IndexManifest(
+            embedder=embedder.name,
+            dimension=embedder.dimension,
+            passage_count=writer.count,
+            corpus_checksum=checksum,
+            corpus_name=corpus.name,
+            passage_tokens=chunking.passage_tokens,
+            overlap_tokens=chunking.overlap_tokens,
+            index_type=kind,
+            nlist=ann.lists_for(writer.count) if kind == "ivf" else None,
+            hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
+            lexical_index="bm25" if lexical else None,
+        )
+        writer.commit(manifest, ann)
+    except BaseException:
+        writer.close()
+        raise
+    seconds = time.monotonic() - started_s
+    logger.info("index built dir=%s passages=%d seconds=%.1f", out_dir, writer.count, seconds)
+    return BuildReport(manifest, documents, seconds, False)

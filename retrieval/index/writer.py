@@ -1,0 +1,151 @@
+"""Writing an index directory while the corpus streams by, resumable after an interruption.
+
+Everything is written into a staging folder beside the target (`.<name>.building`): passages
+and their vectors are appended batch by batch, and a checkpoint records how many whole
+documents are in. A build that stops (crash, Ctrl-C, a killed machine) leaves the staging
+folder; the next build of the same corpus, embedder and chunking continues after the last
+checkpoint instead of embedding everything again. Only `commit` makes the index appear at
+the target, atomically replacing what was there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from retrieval.embedder import Vectors, passage_embedding_text
+from retrieval.index.ann import AnnConfig, build_search_index
+from retrieval.index.bm25_index import BM25Config, BM25Index
+from retrieval.index.faiss_index import (
+    INDEX_FILE,
+    MANIFEST_FILE,
+    PASSAGES_FILE,
+    IndexManifest,
+    passage_to_json,
+    read_passages,
+)
+from retrieval.passage import Passage
+
+logger = logging.getLogger(__name__)
+
+VECTORS_FILE = "vectors.f32"
+PROGRESS_FILE = "progress.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """`key` names what is being built; the first `documents` documents, which made the first
+    `passages` passages, are embedded and written."""
+
+    key: str
+    documents: int = 0
+    passages: int = 0
+
+
+class IndexWriter:
+    def __init__(self, directory: Path, dimension: int, key: str) -> None:
+        self.directory = directory
+        self.dimension = dimension
+        self.staging = directory.with_name(f".{directory.name}.building")
+        self._index = faiss.IndexFlatIP(dimension)
+        self.resumed = self._resume(key)
+        self._passages_file = (self.staging / PASSAGES_FILE).open("a", encoding="utf-8")
+        self._vectors_file = (self.staging / VECTORS_FILE).open("ab")
+
+    @property
+    def count(self) -> int:
+        return int(self._index.ntotal)
+
+    def _resume(self, key: str) -> Checkpoint:
+        """Continue a staging folder built for the same `key`, else start it afresh."""
+        checkpoint = _read_checkpoint(self.staging / PROGRESS_FILE)
+        if checkpoint is None or checkpoint.key != key:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging.mkdir(parents=True)
+            checkpoint = Checkpoint(key)
+            _write_checkpoint(self.staging / PROGRESS_FILE, checkpoint)
+            return checkpoint
+        # Keep exactly what the checkpoint covers: later writes may be partial.
+        vectors = np.fromfile(self.staging / VECTORS_FILE, dtype=np.float32)
+        vectors = vectors[: checkpoint.passages * self.dimension].reshape(-1, self.dimension)
+        vectors.tofile(self.staging / VECTORS_FILE)
+        self._index.add(vectors)
+        _truncate_lines(self.staging / PASSAGES_FILE, checkpoint.passages)
+        logger.info(
+            "index build resumed documents=%d passages=%d",
+            checkpoint.documents,
+            checkpoint.passages,
+        )
+        return checkpoint
+
+    def add(self, passages: Sequence[Passage], vectors: Vectors) -> None:
+        if len(passages) != vectors.shape[0]:
+            raise ValueError("one vector per passage")
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self._index.add(vectors)
+        vectors.tofile(self._vectors_file)
+        for passage in passages:
+            self._passages_file.write(passage_to_json(passage) + "\n")
+
+    def checkpoint(self, documents: int, passages: int) -> None:
+        """Record that the first `documents` documents (`passages` passages) are written."""
+        self._passages_file.flush()
+        self._vectors_file.flush()
+        os.fsync(self._passages_file.fileno())
+        os.fsync(self._vectors_file.fileno())
+        _write_checkpoint(
+            self.staging / PROGRESS_FILE, Checkpoint(self.resumed.key, documents, passages)
+        )
+
+    def commit(self, manifest: IndexManifest, ann: AnnConfig) -> None:
+        """Build the manifest's kind of index from the vectors added, then swap it in."""
+        self._passages_file.close()
+        self._vectors_file.close()
+        index = build_search_index(self._index, manifest.index_type, ann)
+        faiss.write_index(index, str(self.staging / INDEX_FILE))
+        if manifest.lexical_index == "bm25":
+            texts = [passage_embedding_text(p) for p in read_passages(self.staging / PASSAGES_FILE)]
+            BM25Index.build(texts, BM25Config()).save(self.staging)
+        (self.staging / VECTORS_FILE).unlink()
+        (self.staging / PROGRESS_FILE).unlink()
+        (self.staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+        if self.directory.exists():
+            previous = self.directory.with_name(f".{self.directory.name}.old-{os.getpid()}")
+            self.directory.rename(previous)
+            self.staging.rename(self.directory)
+            shutil.rmtree(previous, ignore_errors=True)
+        else:
+            self.staging.rename(self.directory)
+
+    def close(self) -> None:
+        """Stop writing, keeping the staging folder for a later build to resume."""
+        self._passages_file.close()
+        self._vectors_file.close()
+
+
+def _read_checkpoint(path: Path) -> Checkpoint | None:
+    try:
+        return Checkpoint(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(asdict(checkpoint)), encoding="utf-8")
+    temporary.replace(path)
+
+
+def _truncate_lines(path: Path, keep: int) -> None:
+    temporary = path.with_suffix(".tmp")
+    with path.open("rb") as source, temporary.open("wb") as target:
+        target.writelines(line for _, line in zip(range(keep), source, strict=False))
+    temporary.replace(path)

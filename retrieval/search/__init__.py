@@ -1,0 +1,1 @@
+"""Search modes: each a `Searcher` behind one protocol, built by a factory keyed on the mode."""
