@@ -29,6 +29,11 @@ STAGES: tuple[Stage, ...] = ("embed", "search", "rerank", "prompt", "first_token
 StageEstimate = Callable[[Stage, float, str], float]
 
 
+def query_tokens(query: str) -> int:
+    """About four characters a token: good enough to price embedding a query."""
+    return max(1, len(query) // 4)
+
+
 _EMBED = LinearPrior(6.0, 0.07, 15.0)
 _SEARCH = LinearPrior(4.0, 0.05, 15.0)
 _RERANK = LinearPrior(10.0, 21.5, 120.0)
@@ -365,6 +370,20 @@ class Planner:
             + self._queue_ms(request)
         )
 
+    def prompt_fits(
+        self,
+        remaining_ms: float,
+        option: PromptOption,
+        prefill_ahead_tokens: float,
+        worker: str,
+    ) -> tuple[bool, float]:
+        """Whether a laid-out prompt's predicted time to first token fits what is left, and
+        the prediction."""
+        predicted = self.models.predict_ms("prompt", option.passages) + self.models.predict_ms(
+            "first_token", prefill_ahead_tokens + option.uncached_tokens, worker
+        )
+        return predicted <= self.available_ms(remaining_ms), predicted
+
     def passages_that_fit(
         self,
         remaining_ms: float,
@@ -375,14 +394,11 @@ class Planner:
         """The generation re-plan: of `options` (most passages first, produced lazily), the
         first whose predicted time to first token fits what is left, else the last (the
         smallest); with its prediction."""
-        available = self.available_ms(remaining_ms)
         last: tuple[PromptOption, float] | None = None
         for option in options:
-            predicted = self.models.predict_ms("prompt", option.passages) + self.models.predict_ms(
-                "first_token", prefill_ahead_tokens + option.uncached_tokens, worker
-            )
+            fits, predicted = self.prompt_fits(remaining_ms, option, prefill_ahead_tokens, worker)
             last = (option, predicted)
-            if predicted <= available:
+            if fits:
                 return last
         if last is None:
             raise ValueError("no prompt options to choose from")

@@ -19,7 +19,12 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from budget import Deadline
+from generation.client import (
+    GenerationResult,
+    SamplingParams,
+    StreamTimeouts,
+    TokenDelta,
+)
 from generation.errors import (
     GenerationError,
     GenerationTimeoutError,
@@ -32,51 +37,6 @@ from generation.errors import (
 logger = logging.getLogger(__name__)
 
 _ABORT_TIMEOUT_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-        }
-        if self.stop:
-            params["stop"] = list(self.stop)
-        return params
-
-
-@dataclass(frozen=True, slots=True)
-class TokenDelta:
-    text: str
-    completion_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationResult:
-    rid: str
-    text: str
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    finish_reason: str
-    ttft_ms: float | None
-    elapsed_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class StreamTimeouts:
-    """`first_token` comes from the request's deadline; `next_token` bounds each later gap."""
-
-    first_token: Deadline
-    connect_s: float = 2.0
-    next_token_s: float = 30.0
 
 
 class _MetaInfo(BaseModel):

@@ -72,6 +72,7 @@ from answer_service.runtime.settings import Settings
 from budget import Deadline
 from retrieval.errors import RetrievalTimeoutError
 from retrieval.retriever import Retriever
+from retrieval.search.base import SearchRequest
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ async def answer(
         def render(collected: Collected) -> Response:
             out = AnswerOut(
                 answer=collected.cited_text,
-                plan=PlanPayload.of(prepared.plan),
+                plan=PlanPayload.of(prepared.record),
                 sources=[SourceOut.of(s) for s in prepared.sources],
                 citations=[CitationPayload.of(c) for c in collected.citations],
                 done=DonePayload.of(collected.stats),
@@ -199,10 +200,13 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
     if mode not in retriever.modes():
         raise InvalidRequestError(f"the index offers no {mode!r} retrieval: {retriever.modes()}")
     deadline = Deadline.after_ms(settings.default_ttft_budget_ms * settings.ttft_timeout_factor)
+    search = retriever.search_stage(mode)
     try:
-        vector = None if mode == "lexical" else await retriever.embed_query(query, deadline)
-        found = await retriever.search(
-            query, vector.value if vector else None, body.top_k, deadline, mode=mode
+        vector = (
+            await retriever.embed.run(query, deadline) if search.searcher.needs_vector else None
+        )
+        found = await search.run(
+            SearchRequest(query, vector.value if vector else None, body.top_k), deadline
         )
     except RetrievalTimeoutError as exc:
         raise StageTimeoutError(str(exc)) from exc

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from answer_service.pipeline.attribution import Citation
@@ -36,7 +34,8 @@ class RetrieveBody(BaseModel):
 
     query: StrictStr = Field(min_length=1, max_length=100_000)
     top_k: StrictInt = Field(default=10, ge=1)
-    mode: Literal["dense", "lexical", "hybrid"] | None = None
+    # A search mode the index serves (`GET /v1/retrieve/modes`); default: the service's.
+    mode: str | None = Field(default=None, min_length=1, max_length=64)
 
 
 class RetrievedOut(BaseModel):

@@ -3,7 +3,9 @@ errors and the final statistics, as plain values (the API turns them into SSE pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from answer_service.pipeline.attribution import Citation
 from budget.planner import Knobs, StageTimes
@@ -133,3 +135,28 @@ class DoneEvent:
 
 
 PipelineEvent = PlanEvent | SourcesEvent | TokenEvent | CitationEvent | ErrorEvent | DoneEvent
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    text: str
+    sources: tuple[Source, ...]
+    citations: tuple[Citation, ...]
+    completion_tokens: int
+    finish_reason: str
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CachedAnswer:
+        raw: dict[str, Any] = json.loads(data)
+        return cls(
+            text=str(raw["text"]),
+            sources=tuple(Source(**s) for s in raw["sources"]),
+            citations=tuple(
+                Citation(**{**c, "sources": tuple(c["sources"])}) for c in raw["citations"]
+            ),
+            completion_tokens=int(raw["completion_tokens"]),
+            finish_reason=str(raw["finish_reason"]),
+        )

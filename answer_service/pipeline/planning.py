@@ -1,9 +1,8 @@
 """The planner as the service runs it: models, gate and plans for one request at a time.
 
 `RequestPlanning` holds what lives as long as the service (the stage models that learn from
-every request, the quality curve, the generation gate); `PlanTracker` follows one request's plan
-through its stages, recording the predicted and actual time of each and every cut, and ends as
-the `PlanRecord` sent to the client in the `plan` event and set on the spans.
+every request, the quality curve, the generation gate, the arrival rate); each request gets a
+`RequestPlan` value (request_plan.py) from `start()` that its stages then replace as they go.
 
 With the planner switched off (`ANSWER_PLANNER=false`) the configuration is fixed by the
 settings (passages = the request's `top_k`, rerank depth = `ANSWER_RERANK_CANDIDATES` when a
@@ -16,24 +15,22 @@ import dataclasses
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from answer_service.pipeline.admission import GenerationGate
-from answer_service.pipeline.events import Cut, PlanRecord
+from answer_service.pipeline.request_plan import RequestPlan
 from budget import CacheEstimator
 from budget.arrivals import ArrivalRate
 from budget.planner import (
-    Knobs,
-    Plan,
     PlanInput,
     Planner,
     PlannerConfig,
     QualityCurve,
     Stage,
     StageModels,
-    StageTimes,
+    query_tokens,
 )
 
 # The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10) in
@@ -83,68 +80,6 @@ class FleetRate(Protocol):
     def per_second(self) -> float | None: ...
 
 
-def query_tokens(query: str) -> int:
-    """About four characters a token: good enough to price embedding a query."""
-    return max(1, len(query) // 4)
-
-
-@dataclass(slots=True)
-class PlanTracker:
-    """One request's plan as it runs."""
-
-    plan: Plan
-    planner: bool
-    tier: str
-    budget_ms: float
-    knobs: Knobs = field(init=False)
-    actual: StageTimes = field(default_factory=StageTimes)
-    cuts: list[Cut] = field(default_factory=list)
-    queue_wait_ms: float = 0.0
-    worker: str = ""
-    # When no plan is likely to make the budget: the smallest plan's median time on an idle
-    # worker (a budget under it is the request's problem, not the load's).
-    idle_floor_ms: float = 0.0
-    # Whether admission lets it in (set by `RequestPlanning.start`).
-    admitted: bool = True
-
-    def __post_init__(self) -> None:
-        self.knobs = self.plan.knobs
-
-    def slice_ms(self, *stages: Stage) -> float:
-        """The stages' predicted time plus their share of the plan's spare time."""
-        predicted = self.plan.predicted_ms
-        total = predicted.total
-        spare = max(self.plan.available_ms - total, 0.0)
-        stage_ms = sum(predicted.of(stage) for stage in stages)
-        return stage_ms * (1.0 + spare / total) if total > 0 else stage_ms
-
-    def spent(self, **stages_ms: float) -> None:
-        self.actual = dataclasses.replace(self.actual, **stages_ms)
-
-    def cut(self, stage: str, reason: str, done: int) -> None:
-        planned = self.knobs.rerank_depth if stage == "rerank" else self.knobs.passages
-        self.cuts.append(Cut(stage, reason, planned, done))
-        if stage == "rerank":
-            self.knobs = dataclasses.replace(self.knobs, rerank_depth=done)
-        else:
-            self.knobs = dataclasses.replace(self.knobs, passages=done)
-
-    def record(self, quality: QualityCurve) -> PlanRecord:
-        return PlanRecord(
-            planner=self.planner,
-            tier=self.tier,
-            budget_ms=self.budget_ms,
-            knobs=self.knobs,
-            initial=self.plan.knobs,
-            quality=quality.score(self.knobs.rerank_depth, self.knobs.passages),
-            predicted_ms=self.plan.predicted_ms,
-            actual_ms=self.actual,
-            cuts=tuple(self.cuts),
-            queue_wait_ms=self.queue_wait_ms,
-            worker=self.worker,
-        )
-
-
 class RequestPlanning:
     def __init__(
         self, config: PlanningConfig, workers: Sequence[str], fleet: FleetRate | None = None
@@ -178,8 +113,12 @@ class RequestPlanning:
         tier: str,
         reranker: bool,
         cache: CacheEstimator,
-    ) -> PlanTracker:
-        """The plan at arrival: the planner's choice, or the fixed configuration."""
+        *,
+        arrival: bool = True,
+    ) -> RequestPlan:
+        """The plan at arrival: the planner's choice, or the fixed configuration. `arrival`:
+        whether the request counts in the arrival rate (one the answer cache serves does not:
+        it asks nothing of the workers)."""
         worker = self.gate.least_loaded()
         request = PlanInput(
             remaining_ms=remaining_ms,
@@ -192,22 +131,24 @@ class RequestPlanning:
             cached_share=cache.cached_share(worker),
             arrival_rate_rps=self.arrival_rate_rps(),
         )
-        self.arrivals.mark()  # after: the rate is that of the requests before this one
-        if self.fleet is not None:
-            self.fleet.mark()
+        if arrival:  # after: the rate is that of the requests before this one
+            self.arrivals.mark()
+            if self.fleet is not None:
+                self.fleet.mark()
         if self.config.enabled:
             plan = self.planner.plan(request)
         else:
             depth = self.config.fixed_rerank_depth if reranker else 0
             plan = self.planner.evaluate(request, depth, top_k)
-        tracker = PlanTracker(plan, self.config.enabled, tier, budget_ms)
         # Admission: with nothing queued, a plan whose typical time makes the budget is tried
         # (refusing on the p90 refused too many at low load); behind a queue, whose own time
         # is less certain, only one that makes it at the admission quantile with its margins.
-        tracker.admitted = plan.admissible or (plan.likely and request.requests_ahead == 0)
-        if not tracker.admitted:
-            tracker.idle_floor_ms = self.planner.idle_floor_ms(request)
-        return tracker
+        admitted = plan.admissible or (plan.likely and request.requests_ahead == 0)
+        return dataclasses.replace(
+            RequestPlan.of(plan, self.config.enabled, tier, budget_ms),
+            admitted=admitted,
+            idle_floor_ms=0.0 if admitted else self.planner.idle_floor_ms(request),
+        )
 
     def arrival_rate_rps(self) -> float:
         """Arrivals per second per worker: this replica's, or the fleet's where that is known

@@ -1,5 +1,6 @@
-"""A request whose sources are known and whose SGLang stream is open (or that answers with its
-sources alone): everything `AnswerPipeline.events()` needs, and the one place it is released."""
+"""One request from its arrival to its `done`: the plan as it stands, the sources, and, when the
+model is asked, the open stream and what it holds. `close_nowait()` is the one place all of it
+is released, without awaiting, so it is safe from any `finally`, even under cancellation."""
 
 from __future__ import annotations
 
@@ -14,18 +15,19 @@ from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import (
     AnswerRequest,
     AnswerStats,
+    CachedAnswer,
     PlanRecord,
     Source,
     StageTimings,
 )
-from answer_service.pipeline.planning import PlanTracker, RequestPlanning
+from answer_service.pipeline.planning import RequestPlanning
+from answer_service.pipeline.ports import AnswerListener
+from answer_service.pipeline.request_plan import RequestPlan
 from answer_service.pipeline.values import end_generate_span, plan_attributes
-from answer_service.runtime.caches import CachedAnswer
-from answer_service.runtime.metrics import ServiceMetrics
 from budget import CacheEstimator, Deadline
+from generation.client import TokenStream
 from generation.prefix_routing import PrefixRouter
 from generation.prompt_layout import Prompt
-from generation.sglang_client import GenerationStream
 
 
 @dataclass(slots=True)
@@ -33,7 +35,7 @@ class Generation:
     """The open stream of a request that has a prompt, and what it holds while it runs."""
 
     prompt: Prompt
-    stream: GenerationStream
+    stream: TokenStream
     span: Span
     worker: str
     router: PrefixRouter
@@ -45,19 +47,16 @@ class Generation:
 
 @dataclass(slots=True)
 class PreparedAnswer:
-    """Owns the root span and, when there is one, the generation: `close_nowait()` releases
-    them without awaiting, so it is safe from any `finally`, even under cancellation."""
-
     request: AnswerRequest
     deadline: Deadline
-    sources: tuple[Source, ...]
     root: Span
-    timings: StageTimings
-    tracker: PlanTracker
+    plan: RequestPlan
     planning: RequestPlanning
-    generation: Generation | None = None
+    listener: AnswerListener
     cache: CacheEstimator | None = None
-    metrics: ServiceMetrics | None = None
+    sources: tuple[Source, ...] = ()
+    timings: StageTimings = field(default_factory=StageTimings)
+    generation: Generation | None = None
     degraded: tuple[str, ...] = ()
     outcome: str = "ok"
     ttft_ms: float | None = None
@@ -72,8 +71,8 @@ class PreparedAnswer:
         return format(self.root.get_span_context().trace_id, "032x")
 
     @property
-    def plan(self) -> PlanRecord:
-        return self.tracker.record(self.planning.config.quality)
+    def record(self) -> PlanRecord:
+        return self.plan.record(self.planning.config.quality)
 
     def first_token(self) -> None:
         """The first token arrived: time it, free the slot, teach the first-token model."""
@@ -90,7 +89,7 @@ class PreparedAnswer:
         self.planning.observe(
             "first_token", generation.prefill_tokens, elapsed_ms, generation.worker
         )
-        self.tracker.spent(first_token=elapsed_ms)
+        self.plan = self.plan.spent(first_token=elapsed_ms)
 
     def stats(self) -> AnswerStats:
         generation = self.generation
@@ -127,7 +126,7 @@ class PreparedAnswer:
         """This answer as the cache keeps it, if it is complete: generated, not cut, not
         degraded, not cut short."""
         complete = stats.outcome == "ok" and stats.finish_reason in ("stop", "length")
-        if self.generation is None or not complete or self.degraded or self.tracker.cuts:
+        if self.generation is None or not complete or self.degraded or self.plan.cuts:
             return None
         return CachedAnswer(
             text, self.sources, tuple(citations), stats.completion_tokens, stats.finish_reason
@@ -154,12 +153,11 @@ class PreparedAnswer:
                 stats.expected_cached_tokens,
                 stats.cached_tokens,
             )
-        plan = self.plan
-        if self.metrics is not None:
-            self.metrics.answered(stats, plan)
+        record = self.record
+        self.listener.answered(stats, record)
         self.root.set_attributes(
             {
-                **plan_attributes(plan),
+                **plan_attributes(record),
                 "answer.outcome": stats.outcome,
                 "answer.within_budget": stats.within_budget,
                 "answer.ttft_ms": stats.ttft_ms if stats.ttft_ms is not None else -1.0,

@@ -1,38 +1,18 @@
-"""Small conversions the answer pipeline makes: retrieved passages into numbered sources,
-generation results into span attributes, generation errors into `error` events."""
+"""Small conversions the answer pipeline makes: retrieved passages into prompt passages and
+numbered sources, generation results into span attributes, generation errors into `error`
+events, and a refused request's root span."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from opentelemetry.trace import Span, Status, StatusCode
 
-from answer_service.errors import (
-    InvalidRequestError,
-    RoutedWorkerLostError,
-    ServiceError,
-    UpstreamError,
-    UpstreamUnavailableError,
-)
+from answer_service.errors import ServiceError
 from answer_service.pipeline.events import ErrorEvent, PlanRecord, Source
-from generation.errors import (
-    GenerationError,
-    GenerationTimeoutError,
-    PromptTooLongError,
-    SGLangRequestError,
-    SGLangUnavailableError,
-    WorkerLostError,
-)
-from generation.prefix_order import PrefixTree, PromptLayout
-from generation.prompt_layout import ChatTemplate, ContextPassage, Prompt, build_prompt
-from generation.sglang_client import (
-    GenerationResult,
-    GenerationStream,
-    SamplingParams,
-    SGLangClient,
-    StreamTimeouts,
-)
-from retrieval.index.ann import SearchDepth
+from generation.client import GenerationResult
+from generation.errors import GenerationError, GenerationTimeoutError, SGLangUnavailableError
+from generation.prompt_layout import ContextPassage, Prompt
 from retrieval.passage import Passage, ScoredPassage
 
 
@@ -51,94 +31,63 @@ def end_generate_span(span: Span, result: GenerationResult | None) -> None:
 
 
 def generate_attributes(
-    model: str, max_tokens: int, temperature: float, prompt: Prompt
+    model: str, max_tokens: int, temperature: float
 ) -> dict[str, str | int | float]:
-    """The `generate` span's request attributes (GenAI semantic conventions) and the prompt's."""
+    """The `generate` span's request attributes (GenAI semantic conventions)."""
     return {
         "gen_ai.operation.name": "text_completion",
         "gen_ai.system": "sglang",
         "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": max_tokens,
         "gen_ai.request.temperature": temperature,
-        "answer.prompt.passages": len(prompt.passages),
-        "answer.prompt.tokens_estimate": prompt.prompt_tokens,
-        "answer.prompt.layout": prompt.layout,
-        "answer.prompt.expected_cached_tokens": prompt.expected_cached_tokens,
     }
 
 
-def depth_attributes(depth: SearchDepth | None) -> dict[str, int]:
-    if depth is None:
-        return {}
-    attributes = {"retrieval.nprobe": depth.nprobe, "retrieval.ef_search": depth.ef_search}
-    return {key: value for key, value in attributes.items() if value is not None}
+def context_passages(scored: Sequence[ScoredPassage]) -> list[ContextPassage]:
+    """Retrieved passages as the prompt shows them, numbered in retrieval order (the layout
+    renumbers them by position)."""
+    return [
+        ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
+        for n, sp in enumerate(scored, start=1)
+    ]
 
 
-def laid_out_prompt(
-    question: str,
-    scored: list[ScoredPassage],
-    template: ChatTemplate,
-    tree: PrefixTree,
-    *,
-    limit: int,
-    max_prompt_tokens: int,
-    layout: PromptLayout,
-    slack: int,
-    adopt: int,
-    find: Callable[[str], Passage | None],
-) -> Prompt:
-    """A prompt of the best `limit` of `scored` (not yet remembered in `tree`: it may not be
-    sent); passages adopted from a remembered prefix are found by id in the index (`find`)."""
+def passage_lookup(find: Callable[[str], Passage | None]) -> Callable[[str], ContextPassage | None]:
+    """The index's passages by id, as the prompt shows them (for passages a remembered prefix
+    brings along)."""
 
     def lookup(passage_id: str) -> ContextPassage | None:
         found = find(passage_id)
         return None if found is None else ContextPassage(0, passage_id, found.title, found.text)
 
-    passages = [
-        ContextPassage(n, sp.passage.passage_id, sp.passage.title, sp.passage.text)
-        for n, sp in enumerate(scored, start=1)
-    ]
-    return build_prompt(
-        question,
-        passages,
-        template,
-        max_prompt_tokens=max_prompt_tokens,
-        layout=layout,
-        tree=tree,
-        limit=limit,
-        slack=slack,
-        adopt=adopt,
-        lookup=lookup,
-        remember=False,
-    )
+    return lookup
 
 
 def numbered_sources(
-    scored: list[ScoredPassage],
+    scored: Sequence[ScoredPassage],
     prompt: Prompt,
-    top_k: int,
     snippet_chars: int,
     find: Callable[[str], Passage | None],
 ) -> tuple[Source, ...]:
-    """Sources numbered as the prompt numbers them ([n] in the answer is source n), in prompt
-    order; passages of the best `top_k` that are not in the prompt (they did not fit, or a
-    cached one took their place) follow in retrieval order. A passage a remembered prefix
-    brought along (adopted: retrieval did not rank it for this question) has score 0."""
-    in_prompt = {p.source_id: p.number for p in prompt.passages}
-    left_out = (sp for sp in scored[:top_k] if sp.passage.passage_id not in in_prompt)
+    """The prompt's passages as sources, numbered as the prompt numbers them ([n] in the answer
+    is source n). Passages retrieved but not given to the model are not sources of this
+    answer. A passage a remembered prefix brought along (adopted: retrieval did not rank it
+    for this question) has score 0."""
     by_id = {sp.passage.passage_id: sp for sp in scored}
     for passage_id in prompt.adopted:
         if (found := find(passage_id)) is not None:
             by_id.setdefault(passage_id, ScoredPassage(found, 0.0))
-    placed = [(p.number, by_id[p.source_id]) for p in prompt.passages if p.source_id in by_id]
-    placed += [(n, sp) for n, sp in enumerate(left_out, start=len(placed) + 1)]
-    return tuple(_source(n, sp, snippet_chars) for n, sp in placed)
+    return tuple(
+        _source(p.number, by_id[p.source_id], snippet_chars)
+        for p in prompt.passages
+        if p.source_id in by_id
+    )
 
 
 def ranked_sources(
-    scored: list[ScoredPassage], top_k: int, snippet_chars: int
+    scored: Sequence[ScoredPassage], top_k: int, snippet_chars: int
 ) -> tuple[Source, ...]:
-    """Sources in retrieval order, for an answer that has no prompt (sources only)."""
+    """Sources in retrieval order, for an answer that has no prompt."""
     return tuple(_source(n, sp, snippet_chars) for n, sp in enumerate(scored[:top_k], start=1))
 
 
@@ -182,22 +131,6 @@ def error_event(exc: GenerationError) -> ErrorEvent:
     if isinstance(exc, SGLangUnavailableError):
         return ErrorEvent("generate", "generation_unavailable", str(exc))
     return ErrorEvent("generate", "generation_failed", str(exc))
-
-
-async def open_stream(
-    sglang: SGLangClient, prompt: str, params: SamplingParams, timeouts: StreamTimeouts
-) -> GenerationStream:
-    """SGLang's stream for a prompt, its failures as the service's errors."""
-    try:
-        return await sglang.open_stream(prompt, params, timeouts)
-    except WorkerLostError as exc:
-        raise RoutedWorkerLostError(str(exc), retry_after_s=1) from exc
-    except SGLangUnavailableError as exc:
-        raise UpstreamUnavailableError(str(exc), retry_after_s=5) from exc
-    except PromptTooLongError as exc:
-        raise InvalidRequestError(f"the prompt does not fit the model: {exc}") from exc
-    except SGLangRequestError as exc:
-        raise UpstreamError(str(exc)) from exc
 
 
 def end_refused(span: Span, exc: BaseException) -> None:

@@ -19,13 +19,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from answer_service.pipeline.attribution import Citation
-from answer_service.pipeline.events import Source
+from answer_service.pipeline.events import CachedAnswer
 from answer_service.runtime.redis_link import RedisLink
 from retrieval.embedder import Vectors
 
@@ -119,38 +117,13 @@ class SharedCache:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
 
-@dataclass(frozen=True, slots=True)
-class CachedAnswer:
-    text: str
-    sources: tuple[Source, ...]
-    citations: tuple[Citation, ...]
-    completion_tokens: int
-    finish_reason: str
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> CachedAnswer:
-        raw: dict[str, Any] = json.loads(data)
-        return cls(
-            text=str(raw["text"]),
-            sources=tuple(Source(**s) for s in raw["sources"]),
-            citations=tuple(
-                Citation(**{**c, "sources": tuple(c["sources"])}) for c in raw["citations"]
-            ),
-            completion_tokens=int(raw["completion_tokens"]),
-            finish_reason=str(raw["finish_reason"]),
-        )
-
-
 class AnswerCache:
     def __init__(self, store: SharedCache, fingerprint: str) -> None:
         self.store = store
         self.fingerprint = fingerprint
 
-    def key(self, query: str, top_k: int) -> str:
-        material = f"{self.fingerprint}\n{top_k}\n{normalized(query)}"
+    def key(self, query: str, top_k: int, form: str) -> str:
+        material = f"{self.fingerprint}\n{top_k}\n{form}\n{normalized(query)}"
         return hashlib.sha256(material.encode()).hexdigest()
 
     async def get(self, key: str) -> CachedAnswer | None:

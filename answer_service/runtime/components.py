@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
-from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
+from answer_service.runtime.configs import (
+    embedder_config,
+    pipeline_config,
+    reranker_config,
+    search_config,
+)
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.runtime.index_watch import IndexWatcher
@@ -33,12 +38,10 @@ from answer_service.runtime.telemetry import RecentTraces, build_tracer_provider
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
-from retrieval.embedder import Embedder, EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.embedder import Embedder, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
-from retrieval.index.ann import SearchDepth
-from retrieval.rerank.cross_encoder import RerankerConfig, load_reranker
+from retrieval.rerank.base import load_reranker
 from retrieval.retriever import Retriever
-from retrieval.search.fusion import FusionConfig
 
 logger = logging.getLogger(__name__)
 
@@ -142,9 +145,7 @@ class Components:
         try:
             if settings.index_dir is None:
                 raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
-            embedder = SentenceTransformerEmbedder(
-                EmbedderConfig(model=settings.embedder_model, device=settings.device)
-            )
+            embedder = SentenceTransformerEmbedder(embedder_config(settings))
             self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
             tokenizer = settings.tokenizer or await self._served_model()
             self.served_model = self.served_model or tokenizer
@@ -156,7 +157,7 @@ class Components:
             return
         if settings.gc_freeze:  # before it is ready: the full collection stalls everything
             await asyncio.to_thread(freeze_heap, collect=True)
-        config = _pipeline_config(settings, self.served_model)
+        config = pipeline_config(settings, self.served_model)
         self.pipeline = AnswerPipeline(
             self.retriever,
             template,
@@ -183,29 +184,28 @@ class Components:
         """The configured index directory's retriever (blocking: run it in a thread)."""
         settings = self.settings
         assert settings.index_dir is not None
-        fusion = FusionConfig(
-            rrf_k=settings.rrf_k,
-            dense_weight=settings.dense_weight,
-            lexical_weight=settings.lexical_weight,
-        )
         return Retriever.open(
             settings.index_dir,
             embedder,
             device=settings.device,
-            fusion=fusion,
+            search=search_config(settings),
             max_workers=settings.retrieval_workers,
         )
 
     def swap_retriever(self, retriever: Retriever) -> Retriever | None:
         """Serve from `retriever` from now on (the reranker carries over); returns the old
         one, which requests under way may still be using."""
-        old, self.retriever = self.retriever, retriever
-        if old is not None:
-            retriever.reranker = old.reranker
-        if self.pipeline is not None:
-            config = _pipeline_config(self.settings, self.served_model)
-            self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
+        old = self.retriever
+        if old is not None and old.reranker is not None:
+            retriever = retriever.with_reranker(old.reranker)
+        self._serve(retriever)
         return old
+
+    def _serve(self, retriever: Retriever) -> None:
+        self.retriever = retriever
+        if self.pipeline is not None:
+            config = pipeline_config(self.settings, self.served_model)
+            self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
 
     def _store(self, namespace: str, ttl_s: float) -> SharedCache:
         capacity = self.settings.local_cache_entries
@@ -234,16 +234,11 @@ class Components:
             self.reranker_status = "disabled by configuration"
             return
         self.reranker_status = f"loading {settings.reranker_model}"
-        config = RerankerConfig(
-            model=settings.reranker_model,
-            device=settings.device,
-            max_tokens=settings.reranker_max_tokens,
-        )
-        reranker = await asyncio.to_thread(load_reranker, config)
+        reranker = await asyncio.to_thread(load_reranker, reranker_config(settings))
         if reranker is None:
             self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
         elif self.retriever is not None:
-            self.retriever.reranker = reranker
+            self._serve(self.retriever.with_reranker(reranker))
             self.reranker_status = reranker.name
 
     async def _served_model(self) -> str:
@@ -301,49 +296,3 @@ class Components:
         self.gc_pauses.remove()
         if self.settings.gc_freeze:
             thaw_heap()
-
-
-def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:
-    return PipelineConfig(
-        served_model=served_model or "unknown",
-        max_prompt_tokens=settings.max_prompt_tokens,
-        max_new_tokens=settings.max_new_tokens,
-        temperature=settings.temperature,
-        retrieval_floor_ms=settings.retrieval_floor_ms,
-        ttft_timeout_factor=settings.ttft_timeout_factor,
-        next_token_timeout_s=settings.next_token_timeout_s,
-        sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
-        snippet_chars=settings.snippet_chars,
-        retrieval_mode=settings.retrieval_mode,
-        prompt_layout=settings.prompt_layout,
-        routing=settings.sglang_routing,
-        cache_slack=settings.prompt_cache_slack,
-        cache_adopt=settings.prompt_cache_adopt,
-        citation_threshold=settings.citation_threshold,
-        max_citation_sources=settings.max_citation_sources,
-        abstain_below=settings.abstain_below,
-        search_depth=SearchDepth(
-            nprobe=settings.search_nprobe, ef_search=settings.search_ef_search
-        ),
-        record_content=settings.record_content,
-        planning=PlanningConfig(
-            enabled=settings.planner,
-            rerank_depths=tuple(settings.planner_rerank_depths),
-            fixed_rerank_depth=settings.rerank_candidates,
-            retrieve_slack=settings.prompt_cache_slack
-            if settings.prompt_layout == "cache_aware"
-            else 0,
-            margin_fraction=settings.planner_margin_fraction,
-            margin_ms=settings.planner_margin_ms,
-            admit_quantile=settings.planner_admit_quantile,
-            burst_window_s=settings.planner_burst_window_s,
-            slots_per_worker=settings.generation_slots_per_worker,
-            tier_weights=tuple(settings.tier_weights.items()),
-            default_tier=settings.default_tier,
-            tier_max_wait_ms=settings.tier_max_wait_ms,
-            fleet_workers=settings.fleet_workers,
-            quality=read_quality_curves(settings.planner_quality_file)
-            if settings.planner_quality_file
-            else DEFAULT_QUALITY,
-        ),
-    )

@@ -13,7 +13,8 @@ from answer_service.pipeline.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
 from answer_service.pipeline.planning import read_quality_curves
 from answer_service.runtime.auth import read_api_keys
 from retrieval.embedder import DEFAULT_EMBEDDER
-from retrieval.rerank.cross_encoder import DEFAULT_RERANKER
+from retrieval.rerank.base import DEFAULT_RERANKER
+from retrieval.search.base import registered_modes
 
 DEFAULT_SGLANG_PORT = 30000
 
@@ -35,8 +36,9 @@ class Settings(BaseSettings):
     embedder_model: str = DEFAULT_EMBEDDER
     device: Literal["auto", "cpu", "cuda"] = "auto"
     retrieval_workers: int = Field(default=2, ge=1, le=64)
-    # hybrid: reciprocal-rank fusion of dense and BM25 lists (where the index has BM25).
-    retrieval_mode: Literal["dense", "lexical", "hybrid"] = "hybrid"
+    # A registered search mode (retrieval/search/modes.py): dense, lexical, or hybrid (the
+    # reciprocal-rank fusion of dense and BM25 lists); an index without BM25 serves dense.
+    retrieval_mode: str = "hybrid"
     rrf_k: int = Field(default=60, ge=0)
     dense_weight: float = Field(default=1.0, ge=0.0)
     lexical_weight: float = Field(default=1.0, ge=0.0)
@@ -162,6 +164,13 @@ class Settings(BaseSettings):
     answer_cache_ttl_s: float = Field(default=600.0, ge=0.0)
     embedding_cache_ttl_s: float = Field(default=86_400.0, ge=0.0)
     local_cache_entries: int = Field(default=2048, ge=1)
+
+    @field_validator("retrieval_mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        if value not in registered_modes():
+            raise ValueError(f"retrieval_mode {value!r} is not one of {registered_modes()}")
+        return value
 
     @field_validator("planner_rerank_depths", mode="before")
     @classmethod

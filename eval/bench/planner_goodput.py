@@ -71,7 +71,7 @@ from eval.lib.results import write_result
 from eval.lib.service_process import ServiceProcess, free_port
 from generation.server.launch import SGLangServer, SGLangServerConfig, ensure_smollm2_model
 from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.rerank.cross_encoder import DEFAULT_RERANKER
+from retrieval.rerank.base import DEFAULT_RERANKER
 
 logger = logging.getLogger(__name__)
 

@@ -119,10 +119,9 @@ async def _retrieve(
     for item in items:
         text = item.question.question
         deadline = Deadline.after_ms(60_000)
-        vector = await retriever.embed_query(text, deadline)
-        hits = await retriever.search(text, vector.value, depth, deadline, mode="hybrid")
-        stream.append(Retrieved(text, tuple(hit.passage.passage_id for hit in hits.value)))
-        passages.update((hit.passage.passage_id, hit.passage) for hit in hits.value)
+        hits = await retriever.retrieve(text, depth, deadline, mode="hybrid")
+        stream.append(Retrieved(text, tuple(hit.passage.passage_id for hit in hits)))
+        passages.update((hit.passage.passage_id, hit.passage) for hit in hits)
     return stream, passages
 
 

@@ -34,7 +34,8 @@ from retrieval.index.ann import AnnConfig, SearchDepth, build_search_index, sear
 from retrieval.index.bm25_index import BM25Index
 from retrieval.index.faiss_index import INDEX_FILE, read_manifest
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.rerank.cross_encoder import CrossEncoderReranker, RerankerConfig
+from retrieval.rerank.base import RerankerConfig, RerankRequest
+from retrieval.rerank.cross_encoder import CrossEncoderReranker
 from retrieval.search.fusion import reciprocal_rank_fusion
 
 Matrix = npt.NDArray[np.float32]
@@ -157,7 +158,7 @@ def rerank_costs(model_dir: str, runs: int) -> list[Cost]:
                     for i in range(candidates)
                 ]
                 p50, p95 = _time(
-                    partial(reranker.rerank, "what does the planner do", pool, 5),
+                    partial(reranker.rerank, RerankRequest("what does the planner do", pool, 5)),
                     max(3, runs // 10),
                     warmup=1,
                 )

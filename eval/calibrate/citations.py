@@ -67,11 +67,8 @@ async def retrieve_all(
     out = []
     for question in tqdm(questions, desc="retrieve", unit="question", disable=not progress):
         deadline = Deadline.after_ms(30_000)
-        vector = await retriever.embed_query(question.question, deadline)
-        found = await retriever.search(
-            question.question, vector.value, k + 1, deadline, mode="hybrid"
-        )
-        out.append(Retrieved(question, tuple(found.value)))
+        found = await retriever.retrieve(question.question, k + 1, deadline, mode="hybrid")
+        out.append(Retrieved(question, tuple(found)))
     return out
 
 

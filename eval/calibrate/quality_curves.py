@@ -47,7 +47,7 @@ from retrieval.embedder import (
 )
 from retrieval.errors import RetrievalError
 from retrieval.passage import ScoredPassage
-from retrieval.rerank.cross_encoder import DEFAULT_RERANKER, RerankerConfig, load_reranker
+from retrieval.rerank.base import DEFAULT_RERANKER, RerankerConfig, RerankRequest, load_reranker
 from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
@@ -127,22 +127,21 @@ async def rank_question(
 ) -> QuestionRanks:
     """The question's hybrid top `candidates`, and its order after reranking each depth."""
     text = question.question
-    vector = (await retriever.embed_query(text, Deadline.after_ms(_STEP_BUDGET_MS))).value
-    found = await retriever.search(
-        text, vector, candidates, Deadline.after_ms(_STEP_BUDGET_MS), mode="hybrid"
+    hybrid = await retriever.retrieve(
+        text, candidates, Deadline.after_ms(_STEP_BUDGET_MS), mode="hybrid"
     )
-    hybrid = found.value
     by_depth = {}
     for depth in depths:
         if depth == 0:
             by_depth[0] = order_ranks(hybrid, question)
             continue
-        reranked = await retriever.rerank(
-            text, hybrid[:depth], depth, Deadline.after_ms(_STEP_BUDGET_MS)
+        assert retriever.rerank is not None
+        reranked = await retriever.rerank.run(
+            RerankRequest(text, hybrid[:depth], depth), Deadline.after_ms(_STEP_BUDGET_MS)
         )
-        if reranked.degraded is not None:
-            raise RetrievalError(f"rerank at depth {depth} degraded: {reranked.degraded}")
-        order = reranked.passages + hybrid[depth:]
+        if reranked.cut is not None:
+            raise RetrievalError(f"rerank at depth {depth} degraded: {reranked.cut.reason}")
+        order = reranked.value + hybrid[depth:]
         by_depth[depth] = order_ranks(order, question, reranked.elapsed_ms)
     return QuestionRanks(question.question_id, by_depth)
 
@@ -188,7 +187,7 @@ def _open(args: argparse.Namespace) -> tuple[Retriever, str]:
     if args.reranker is None:
         return retriever, "disabled (--reranker none)"
     config = RerankerConfig(model=args.reranker, max_tokens=args.reranker_max_tokens)
-    retriever.reranker = load_reranker(config)
+    retriever = retriever.with_reranker(load_reranker(config))
     if retriever.reranker is None:
         return retriever, f"unavailable: {args.reranker} could not be loaded"
     return retriever, "loaded"

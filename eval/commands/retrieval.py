@@ -17,7 +17,7 @@ from budget import Deadline
 from eval.lib.checkpoint import RunCheckpoint
 from retrieval.judgments import Query
 from retrieval.relevance import score_run
-from retrieval.retriever import RetrievalMode, Retriever
+from retrieval.retriever import Retriever
 
 _PER_QUERY_BUDGET_MS = 60_000
 
@@ -37,14 +37,8 @@ class InProcessRanking:
 
     async def rank(self, query: str, mode: str, depth: int) -> list[str]:
         deadline = Deadline.after_ms(_PER_QUERY_BUDGET_MS)
-        chosen: RetrievalMode = (
-            "lexical" if mode == "lexical" else ("hybrid" if mode == "hybrid" else "dense")
-        )
-        vector = None
-        if chosen != "lexical":
-            vector = (await self._retriever.embed_query(query, deadline)).value
-        found = await self._retriever.search(query, vector, depth, deadline, mode=chosen)
-        return list(dict.fromkeys(p.passage.doc_id for p in found.value))
+        found = await self._retriever.retrieve(query, depth, deadline, mode=mode)
+        return list(dict.fromkeys(p.passage.doc_id for p in found))
 
 
 class HttpRanking:

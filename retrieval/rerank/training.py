@@ -45,8 +45,9 @@ from retrieval.index.faiss_index import FaissIndex, read_manifest
 from retrieval.judgments import read_qrels, read_queries
 from retrieval.passage import Passage, ScoredPassage
 from retrieval.relevance import RelevanceScores, binary_qrels, doc_ranking, score_rankings
-from retrieval.rerank.cross_encoder import CrossEncoderReranker, RerankerConfig
-from retrieval.retriever import RetrievalMode, Retriever
+from retrieval.rerank.base import RerankerConfig, RerankRequest
+from retrieval.rerank.cross_encoder import CrossEncoderReranker
+from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -210,13 +211,11 @@ def retrieve_candidates(
 async def _retrieve_all(
     retriever: Retriever, judgments: Sequence[Judgment], k: int
 ) -> dict[str, list[ScoredPassage]]:
-    mode: RetrievalMode = "hybrid" if "hybrid" in retriever.modes() else "dense"
+    mode = retriever.serving_mode("hybrid")
     found = {}
     for judgment in judgments:
         deadline = Deadline.after_ms(_SEARCH_TIMEOUT_MS)
-        vector = (await retriever.embed_query(judgment.query, deadline)).value
-        hits = await retriever.search(judgment.query, vector, k, deadline, mode=mode)
-        found[judgment.query_id] = hits.value
+        found[judgment.query_id] = await retriever.retrieve(judgment.query, k, deadline, mode=mode)
     return found
 
 
@@ -360,7 +359,7 @@ def _rerank_all(
     for judgment in judgments:
         retrieved = candidates.get(judgment.query_id, [])
         started_s = time.perf_counter()
-        reranked = reranker.rerank(judgment.query, retrieved, len(retrieved))
+        reranked = reranker.rerank(RerankRequest(judgment.query, retrieved, len(retrieved)))
         latencies_ms.append((time.perf_counter() - started_s) * 1000.0)
         rankings[judgment.query_id] = doc_ranking(reranked)
     return rankings, latencies_ms
@@ -385,7 +384,7 @@ def train_reranker(
         candidates = retrieve_candidates(
             retriever, split.train + split.dev + split.held_out, config.candidates
         )
-        firsts = first_passages(retriever.index)
+        firsts = first_passages(retriever.index.dense)
     finally:
         retriever.close()
     examples = mine_examples(split.train, candidates, firsts, config.negatives_per_query)

@@ -113,7 +113,7 @@ def test_each_stage_is_a_span_with_its_attributes(url: str) -> None:
     traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
     trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
     spans = {span["name"]: span for span in trace["spans"]}
-    assert list(spans) == ["answer", "embed", "search", "generate"]
+    assert list(spans) == ["answer", "embed", "search", "prompt", "generate"]
     root = spans["answer"]
     assert root["parent_span_id"] is None
     assert all(s["parent_span_id"] == root["span_id"] for n, s in spans.items() if n != "answer")

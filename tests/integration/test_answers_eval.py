@@ -41,7 +41,11 @@ def test_in_process_and_over_http_agree(
     service: ServiceFactory,
     chatml_tokenizer_dir: Path,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The fixed configuration: every answer's prompt (and so its sources) holds the top 3; the
+    # planner would give back-to-back questions fewer.
+    monkeypatch.setenv("ANSWER_PLANNER", "false")
     # Every question gets the answer of the first one (Denver Broncos), citing source 1.
     state = FakeSGLangState(
         model_path=str(chatml_tokenizer_dir), tokens=("Denver", " Broncos", " [1]", ".")
@@ -62,7 +66,7 @@ def test_in_process_and_over_http_agree(
             ],
             tmp_path / "local.json",
         )
-        with service(sglang_url=sglang) as url:
+        with service(sglang_url=sglang, planner=False) as url:
             remote = _run([*common, "--url", url], tmp_path / "remote.json")
 
     metrics = local["metrics"]

@@ -17,10 +17,8 @@ import pytest
 
 from budget import Deadline
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.index.bm25_index import BM25Index
 from retrieval.index.builder import build_index
-from retrieval.index.faiss_index import FaissIndex
-from retrieval.retriever import RetrievalMode, Retriever
+from retrieval.retriever import Retriever
 from tests.scifact import Subset, load_subset
 
 pytestmark = pytest.mark.integration
@@ -42,19 +40,14 @@ def retriever(subset: Subset, tmp_path_factory: pytest.TempPathFactory) -> Retri
             out.write(json.dumps({"_id": d.doc_id, "title": d.title, "text": d.text}) + "\n")
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
     build_index(corpus, tmp / "index", embedder, progress=False)
-    index = FaissIndex.load(tmp / "index", embedder=embedder.name, dimension=embedder.dimension)
-    lexical = BM25Index.load(tmp / "index", len(index))
-    return Retriever(embedder, index, lexical=lexical)
+    return Retriever.open(tmp / "index", embedder)
 
 
-async def _doc_recall_at_10(retriever: Retriever, subset: Subset, mode: RetrievalMode) -> float:
+async def _doc_recall_at_10(retriever: Retriever, subset: Subset, mode: str) -> float:
     recalls = []
     for query_id, text in subset.queries.items():
-        vector = None
-        if mode != "lexical":
-            vector = (await retriever.embed_query(text, Deadline.after_ms(30_000))).value
-        found = await retriever.search(text, vector, 40, Deadline.after_ms(30_000), mode=mode)
-        docs = list(dict.fromkeys(p.passage.doc_id for p in found.value))[:10]
+        found = await retriever.retrieve(text, 40, Deadline.after_ms(30_000), mode=mode)
+        docs = list(dict.fromkeys(p.passage.doc_id for p in found))[:10]
         relevant = subset.qrels[query_id]
         recalls.append(len(set(docs) & relevant) / len(relevant))
     return statistics.fmean(recalls)

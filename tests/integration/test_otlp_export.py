@@ -50,7 +50,13 @@ def test_spans_are_exported_to_the_configured_collector(
         for span in scope_spans.spans
         if span.trace_id.hex() == trace_id
     ]
-    assert sorted(span.name for span in spans) == ["answer", "embed", "generate", "search"]
+    assert sorted(span.name for span in spans) == [
+        "answer",
+        "embed",
+        "generate",
+        "prompt",
+        "search",
+    ]
     service_names = {
         attribute.value.string_value
         for message in received

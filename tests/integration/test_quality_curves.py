@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
-from collections.abc import Sequence
 
 import pytest
 
 from eval.calibrate.quality_curves import curves, measure
 from eval.commands.answers import Question
-from retrieval.index.bm25_index import BM25Index
 from retrieval.index.builder import build_index
-from retrieval.index.faiss_index import FaissIndex
-from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 from tests.fakes.hash_embedder import HashEmbedder
+from tests.fakes.word_overlap_reranker import WordOverlapReranker
 
 pytestmark = pytest.mark.integration
 
@@ -41,29 +37,6 @@ QUESTIONS = [
 ]
 
 
-class WordOverlapReranker:
-    """Honours the `Reranker` protocol: scores a passage by the query words it shares."""
-
-    @property
-    def name(self) -> str:
-        return "test/word-overlap"
-
-    def warm_up(self) -> None:
-        pass
-
-    def rerank(
-        self, query: str, candidates: Sequence[ScoredPassage], top_n: int
-    ) -> list[ScoredPassage]:
-        words = set(re.findall(r"\w+", query.lower()))
-        scored = [
-            ScoredPassage(
-                c.passage, float(len(words & set(re.findall(r"\w+", c.passage.text.lower()))))
-            )
-            for c in candidates
-        ]
-        return sorted(scored, key=lambda p: -p.score)[:top_n]
-
-
 @pytest.fixture(scope="module")
 def retriever(tmp_path_factory: pytest.TempPathFactory) -> Retriever:
     tmp = tmp_path_factory.mktemp("quality-curves")
@@ -73,13 +46,7 @@ def retriever(tmp_path_factory: pytest.TempPathFactory) -> Retriever:
     )
     embedder = HashEmbedder()
     build_index(corpus, tmp / "index", embedder, progress=False)
-    index = FaissIndex.load(tmp / "index", embedder=embedder.name, dimension=embedder.dimension)
-    return Retriever(
-        embedder,
-        index,
-        lexical=BM25Index.load(tmp / "index", len(index)),
-        reranker=WordOverlapReranker(),
-    )
+    return Retriever.open(tmp / "index", embedder).with_reranker(WordOverlapReranker())
 
 
 async def test_curves_rise_with_n_and_a_first_gold_counts_at_one(retriever: Retriever) -> None:

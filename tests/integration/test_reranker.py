@@ -9,19 +9,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import faiss
 import httpx
-import numpy as np
 import pytest
 
 from budget import Deadline
 from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
-from retrieval.index.faiss_index import FaissIndex, IndexManifest
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.rerank.cross_encoder import CrossEncoderReranker, RerankerConfig, load_reranker
-from retrieval.retriever import Retriever
+from retrieval.pool import StagePool
+from retrieval.rerank.base import RerankerConfig, RerankRequest, load_reranker
+from retrieval.rerank.cross_encoder import CrossEncoderReranker
+from retrieval.stages import RerankStage
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.fakes.hash_embedder import HashEmbedder
 from tests.integration.conftest import ServiceFactory
 from tests.support import post_answer, serve_in_thread
 
@@ -51,14 +49,14 @@ def test_reranks_candidates_by_cross_encoder_score(fresh_cross_encoder: Path) ->
     reranker = CrossEncoderReranker(str(fresh_cross_encoder), RerankerConfig(max_tokens=128))
     reranker.warm_up()
     candidates = _candidates(12)
-    top = reranker.rerank("what is passage 3?", candidates, 5)
+    top = reranker.rerank(RerankRequest("what is passage 3?", candidates, 5))
     assert len(top) == 5
     scores = [p.score for p in top]
     assert scores == sorted(scores, reverse=True)
     assert {p.passage.passage_id for p in top} <= {c.passage.passage_id for c in candidates}
-    again = reranker.rerank("what is passage 3?", candidates, 5)
+    again = reranker.rerank(RerankRequest("what is passage 3?", candidates, 5))
     assert [p.passage.passage_id for p in again] == [p.passage.passage_id for p in top]
-    assert reranker.rerank("q", [], 5) == []
+    assert reranker.rerank(RerankRequest("q", [], 5)) == []
 
 
 def test_an_unloadable_reranker_is_reported_and_skipped(tmp_path: Path) -> None:
@@ -72,30 +70,28 @@ async def test_rerank_degrades_to_retrieval_order_when_time_runs_out(
 ) -> None:
     reranker = CrossEncoderReranker(str(fresh_cross_encoder), RerankerConfig())
     reranker.warm_up()
-    retriever = Retriever(HashEmbedder(), _index(), reranker=reranker)
+    pool = StagePool()
+    stage = RerankStage(reranker, pool)
     candidates = _candidates(100)
     spent = Deadline.after_ms(1)
     await asyncio.sleep(0.01)
-    skipped = await retriever.rerank("q", candidates, 5, spent)
-    assert skipped.degraded == "rerank skipped: deadline already spent"
-    assert skipped.passages == candidates[:5]
+    skipped = await stage.run(RerankRequest("q", candidates, 5), spent)
+    assert skipped.cut is not None
+    assert skipped.cut.reason == "rerank skipped: deadline already spent"
+    assert skipped.value == candidates[:5]
+    assert skipped.work is None  # nothing for the planner to learn from
     started = time.perf_counter()
-    cut = await retriever.rerank("q", candidates, 5, Deadline.after_ms(20))
-    assert cut.degraded == "rerank timed out: retrieval order"
-    assert cut.passages == candidates[:5]
+    cut = await stage.run(RerankRequest("q", candidates, 5), Deadline.after_ms(20))
+    assert cut.cut is not None
+    assert cut.cut.reason == "rerank timed out: retrieval order"
+    assert cut.cut.done == 0
+    assert cut.value == candidates[:5]
     assert time.perf_counter() - started < 0.5, "the caller is not held past the deadline"
-    full = await retriever.rerank("q", candidates[:10], 5, Deadline.after_ms(30_000))
-    assert full.degraded is None
+    full = await stage.run(RerankRequest("q", candidates[:10], 5), Deadline.after_ms(30_000))
+    assert full.cut is None
     assert full.elapsed_ms > 0
-    retriever.close()
-
-
-def _index() -> FaissIndex:
-    """A one-passage faiss index: the rerank stage does not search."""
-    flat = faiss.IndexFlatIP(64)
-    flat.add(np.ones((1, 64), dtype=np.float32))
-    manifest = IndexManifest("test/hash-embedder", 64, 1, "sha256:x", "x", 1, 0)
-    return FaissIndex(manifest, flat, [_candidates(1)[0].passage])
+    assert full.work == 10
+    pool.close()
 
 
 @pytest.fixture(scope="module")

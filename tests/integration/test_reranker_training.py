@@ -19,7 +19,8 @@ from answer_service.cli.reranker import add_reranker_commands
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.rerank.cross_encoder import CrossEncoderReranker, RerankerConfig
+from retrieval.rerank.base import RerankerConfig, RerankRequest
+from retrieval.rerank.cross_encoder import CrossEncoderReranker
 from retrieval.rerank.training import REPORT_FILE
 from tests.scifact import Subset, load_subset
 
@@ -77,7 +78,7 @@ def test_saved_model_loads_and_reranks(trained: tuple[Path, Any]) -> None:
         ScoredPassage(Passage(f"d{i}#0", f"d{i}", 0, f"T{i}", f"text {i}", 0, 6), 0.0)
         for i in range(4)
     ]
-    top = reranker.rerank("a claim", candidates, 3)
+    top = reranker.rerank(RerankRequest("a claim", candidates, 3))
     assert len(top) == 3
     assert [p.score for p in top] == sorted((p.score for p in top), reverse=True)
 

@@ -36,10 +36,12 @@ def test_entries_expire_and_the_least_recent_goes_first() -> None:
 def test_the_answer_key_ignores_case_spacing_and_closing_punctuation() -> None:
     assert normalized("  What is  MVCC?? ") == "what is mvcc"
     cache = AnswerCache(SharedCache(None, "answer", ttl_s=60, capacity=8), fingerprint({"i": 1}))
-    assert cache.key("What is MVCC?", 5) == cache.key("what is  mvcc", 5)
-    assert cache.key("What is MVCC?", 5) != cache.key("What is MVCC?", 4)
+    assert cache.key("What is MVCC?", 5, "auto") == cache.key("what is  mvcc", 5, "auto")
+    assert cache.key("What is MVCC?", 5, "auto") != cache.key("What is MVCC?", 4, "auto")
+    # A quoted answer is not a generated one: the form is part of the key.
+    assert cache.key("What is MVCC?", 5, "quote") != cache.key("What is MVCC?", 5, "passages")
     other = AnswerCache(cache.store, fingerprint({"i": 2}))  # another index
-    assert other.key("What is MVCC?", 5) != cache.key("What is MVCC?", 5)
+    assert other.key("What is MVCC?", 5, "auto") != cache.key("What is MVCC?", 5, "auto")
 
 
 @pytest.mark.asyncio

@@ -54,8 +54,8 @@ def test_slices_share_out_the_spare_time_and_cuts_change_the_knobs() -> None:
     assert tracker.slice_ms("embed") == pytest.approx(
         predicted.embed * tracker.plan.available_ms / predicted.total
     )
-    tracker.spent(embed=12.0, search=3.0)
-    tracker.cut("passages", "first token predicted late", 1)
+    tracker = tracker.spent(embed=12.0, search=3.0)
+    tracker = tracker.cut("passages", "first token predicted late", 1)
     record = tracker.record(planning().config.quality)
     assert record.knobs.passages == 1
     assert record.initial.passages == 3

@@ -1,0 +1,172 @@
+"""The generation part of an answer: wait for the worker's slot (by tier), lay the prompt out with
+the generation re-plan (the prompt stage), send it (the send stage, up to SGLang's response
+headers), and hand the open stream to the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from answer_service.errors import (
+    InvalidRequestError,
+    RoutedWorkerLostError,
+    StageTimeoutError,
+    UpstreamError,
+    UpstreamUnavailableError,
+)
+from answer_service.pipeline.planning import RequestPlanning
+from answer_service.pipeline.prepared import Generation, PreparedAnswer
+from answer_service.pipeline.stage_runner import StageRunner
+from answer_service.pipeline.values import context_passages, generate_attributes
+from budget import CacheEstimator, Deadline
+from budget.planner import PromptOption
+from generation.client import GenerationClient, SamplingParams, StreamTimeouts
+from generation.errors import (
+    GenerationError,
+    PromptTooLongError,
+    SGLangRequestError,
+    SGLangUnavailableError,
+    WorkerLostError,
+)
+from generation.prefix_routing import PrefixRouter
+from generation.prompt_layout import PassageLookup, Prompt
+from generation.stages import PromptRequest, PromptStage, SendRequest, SendStage
+from retrieval.passage import ScoredPassage
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationConfig:
+    served_model: str
+    max_new_tokens: int = 160
+    temperature: float = 0.0
+    next_token_timeout_s: float = 20.0
+    sglang_connect_timeout_s: float = 2.0
+
+
+class GenerationSteps:
+    def __init__(
+        self,
+        runner: StageRunner,
+        planning: RequestPlanning,
+        workers: Mapping[str, GenerationClient],
+        router: PrefixRouter,
+        prompts: PromptStage,
+        cache: CacheEstimator,
+        config: GenerationConfig,
+    ) -> None:
+        self._runner = runner
+        self._planning = planning
+        self._senders = {url: SendStage(client) for url, client in workers.items()}
+        self._router = router
+        self._prompts = prompts
+        self._cache = cache
+        self._config = config
+
+    async def open(
+        self,
+        answer: PreparedAnswer,
+        hard: Deadline,
+        passages: Sequence[ScoredPassage],
+        worker: str,
+        lookup: PassageLookup,
+    ) -> Generation:
+        """The request's slot on `worker`, its prompt and its open stream, or an error."""
+        gate = self._planning.gate
+        try:
+            async with asyncio.timeout(hard.remaining_s()):
+                slot = await gate.acquire(
+                    worker, answer.request.tier, answer.plan.plan.uncached_tokens
+                )
+        except TimeoutError as exc:
+            raise StageTimeoutError(
+                "no generation slot came free before the request's deadline"
+            ) from exc
+        answer.plan = answer.plan.queued(worker, slot.waited_ms)
+        try:
+            ahead = gate.prefilling_tokens(worker, slot)
+            prompt = await self._prompt(answer, passages, worker, lookup, ahead)
+            uncached = self._uncached(worker, prompt)
+            slot.owe(uncached)
+            prefill_tokens = gate.prefilling_tokens(worker, slot) + uncached
+            config = self._config
+            send = SendRequest(
+                prompt,
+                SamplingParams(config.max_new_tokens, config.temperature),
+                StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
+            )
+            try:
+                sent, span = await self._runner.start(
+                    self._senders[worker],
+                    send,
+                    answer.deadline,
+                    answer,
+                    attributes={
+                        **generate_attributes(
+                            config.served_model, config.max_new_tokens, config.temperature
+                        ),
+                        "answer.prompt.expected_uncached_tokens": uncached,
+                    },
+                )
+            except GenerationError as exc:
+                raise _service_error(exc) from exc
+        except BaseException:
+            slot.release()
+            raise
+        return Generation(prompt, sent.value, span, worker, self._router, slot, prefill_tokens)
+
+    def _uncached(self, worker: str, prompt: Prompt) -> float:
+        return self._cache.expected_uncached(
+            worker, prompt.prompt_tokens, prompt.expected_cached_tokens
+        )
+
+    async def _prompt(
+        self,
+        answer: PreparedAnswer,
+        passages: Sequence[ScoredPassage],
+        worker: str,
+        lookup: PassageLookup,
+        prefill_ahead_tokens: float,
+    ) -> Prompt:
+        """The prompt stage with the generation re-plan: the most of the planned passages whose
+        predicted first token still fits the time left, given the real prompt, its cached
+        prefix and the worker's queue. With the planner off, the planned passages as they are."""
+        planner = self._planning.planner
+        deadline = answer.deadline
+
+        def fit(prompt: Prompt) -> tuple[bool, float]:
+            option = PromptOption(
+                len(prompt.passages), prompt.prompt_tokens, self._uncached(worker, prompt)
+            )
+            return planner.prompt_fits(
+                deadline.remaining_ms(), option, prefill_ahead_tokens, worker
+            )
+
+        request = PromptRequest(
+            answer.request.query,
+            context_passages(passages),
+            answer.plan.knobs.passages,
+            self._router.tree(worker),
+            lookup,
+            fit if answer.plan.planner else None,
+        )
+        try:
+            result = await self._runner.run(self._prompts, request, deadline, answer)
+        except GenerationError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        answer.timings = dataclasses.replace(answer.timings, prompt_ms=result.elapsed_ms)
+        return result.value
+
+
+def _service_error(exc: GenerationError) -> Exception:
+    """SGLang's refusals and failures before the stream began, as the service's errors."""
+    if isinstance(exc, WorkerLostError):
+        return RoutedWorkerLostError(str(exc), retry_after_s=1)
+    if isinstance(exc, SGLangUnavailableError):
+        return UpstreamUnavailableError(str(exc), retry_after_s=5)
+    if isinstance(exc, PromptTooLongError):
+        return InvalidRequestError(f"the prompt does not fit the model: {exc}")
+    if isinstance(exc, SGLangRequestError):
+        return UpstreamError(str(exc))
+    return UpstreamError(str(exc))

@@ -1,0 +1,95 @@
+"""The one place the settings become the small configs each part is given: the pipeline's
+(retrieval, prompt, generation, citations, planning), the retriever's search, the reranker's
+and the embedder's. Nothing below `answer_service/runtime` reads the settings."""
+
+from __future__ import annotations
+
+from answer_service.pipeline.answer_stream import CitationConfig
+from answer_service.pipeline.generation import GenerationConfig
+from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
+from answer_service.pipeline.retrieval import RetrievalConfig
+from answer_service.pipeline.runner import PipelineConfig
+from answer_service.runtime.settings import Settings
+from generation.stages import PromptConfig
+from retrieval.embedder import EmbedderConfig
+from retrieval.index.ann import SearchDepth
+from retrieval.rerank.base import RerankerConfig
+from retrieval.search.base import SearchConfig
+from retrieval.search.fusion import FusionConfig
+
+
+def pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:
+    slack = settings.prompt_cache_slack if settings.prompt_layout == "cache_aware" else 0
+    return PipelineConfig(
+        generation=GenerationConfig(
+            served_model=served_model or "unknown",
+            max_new_tokens=settings.max_new_tokens,
+            temperature=settings.temperature,
+            next_token_timeout_s=settings.next_token_timeout_s,
+            sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
+        ),
+        retrieval=RetrievalConfig(
+            floor_ms=settings.retrieval_floor_ms,
+            mode=settings.retrieval_mode,
+            depth=SearchDepth(nprobe=settings.search_nprobe, ef_search=settings.search_ef_search),
+            slack=slack,
+        ),
+        prompt=PromptConfig(
+            max_prompt_tokens=settings.max_prompt_tokens,
+            layout=settings.prompt_layout,
+            slack=settings.prompt_cache_slack,
+            adopt=settings.prompt_cache_adopt,
+        ),
+        citations=CitationConfig(
+            threshold=settings.citation_threshold, max_sources=settings.max_citation_sources
+        ),
+        planning=planning_config(settings, slack),
+        routing=settings.sglang_routing,
+        ttft_timeout_factor=settings.ttft_timeout_factor,
+        snippet_chars=settings.snippet_chars,
+        abstain_below=settings.abstain_below,
+        record_content=settings.record_content,
+    )
+
+
+def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
+    return PlanningConfig(
+        enabled=settings.planner,
+        rerank_depths=tuple(settings.planner_rerank_depths),
+        fixed_rerank_depth=settings.rerank_candidates,
+        retrieve_slack=retrieve_slack,
+        margin_fraction=settings.planner_margin_fraction,
+        margin_ms=settings.planner_margin_ms,
+        admit_quantile=settings.planner_admit_quantile,
+        burst_window_s=settings.planner_burst_window_s,
+        slots_per_worker=settings.generation_slots_per_worker,
+        tier_weights=tuple(settings.tier_weights.items()),
+        default_tier=settings.default_tier,
+        tier_max_wait_ms=settings.tier_max_wait_ms,
+        fleet_workers=settings.fleet_workers,
+        quality=read_quality_curves(settings.planner_quality_file)
+        if settings.planner_quality_file
+        else DEFAULT_QUALITY,
+    )
+
+
+def search_config(settings: Settings) -> SearchConfig:
+    return SearchConfig(
+        fusion=FusionConfig(
+            rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            lexical_weight=settings.lexical_weight,
+        )
+    )
+
+
+def embedder_config(settings: Settings) -> EmbedderConfig:
+    return EmbedderConfig(model=settings.embedder_model, device=settings.device)
+
+
+def reranker_config(settings: Settings) -> RerankerConfig:
+    return RerankerConfig(
+        model=settings.reranker_model,
+        device=settings.device,
+        max_tokens=settings.reranker_max_tokens,
+    )

@@ -1,0 +1,134 @@
+"""Generation's stages, each `run(request, deadline) -> StageResult` (budget/stage.py): lay the
+prompt out (with the generation re-plan: the most planned passages whose first token still
+fits), and send it (SGLang's stream, open up to its response headers)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from budget import Deadline
+from budget.stage import StageCut, StageResult
+from generation.client import GenerationClient, SamplingParams, StreamTimeouts, TokenStream
+from generation.prefix_order import PrefixTree, PromptLayout
+from generation.prompt_layout import (
+    ChatTemplate,
+    ContextPassage,
+    PassageLookup,
+    Prompt,
+    build_prompt,
+)
+
+PromptFit = Callable[[Prompt], tuple[bool, float]]
+"""Whether a laid-out prompt's first token still fits the time left, and the prediction."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptConfig:
+    max_prompt_tokens: int = 1800
+    layout: PromptLayout = "cache_aware"
+    slack: int = 0
+    adopt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRequest:
+    question: str
+    # Best first; `most` of them (and `slack` more for the layout) may go in.
+    passages: Sequence[ContextPassage]
+    most: int
+    # The prefixes recently sent to the worker that will serve it.
+    tree: PrefixTree
+    lookup: PassageLookup | None = None
+    # The generation re-plan; None: the `most` passages as they are.
+    fit: PromptFit | None = None
+
+
+class PromptStage:
+    """Lays out the prompt with `most` passages, then fewer while the re-plan says the first
+    token would come too late (a cut), down to one. The chosen order is remembered in the
+    worker's tree. Work: the passages in the prompt."""
+
+    name = "prompt"
+
+    def __init__(self, template: ChatTemplate, config: PromptConfig) -> None:
+        self._template = template
+        self._config = config
+
+    async def run(self, request: PromptRequest, deadline: Deadline) -> StageResult[Prompt]:
+        loop = asyncio.get_running_loop()
+        started_s = loop.time()
+        prompt, predicted_ms = await asyncio.to_thread(self._fit, request)
+        elapsed_ms = (loop.time() - started_s) * 1000.0
+        request.tree.insert([p.source_id for p in prompt.passages])
+        n = len(prompt.passages)
+        cut = None
+        if request.fit is not None and n < request.most:
+            cut = StageCut(
+                f"{request.most} passages no longer fit the time left; first token predicted "
+                f"at {predicted_ms:.0f} ms with {n}",
+                n,
+            )
+        attributes = {
+            "answer.prompt.passages": n,
+            "answer.prompt.tokens_estimate": prompt.prompt_tokens,
+            "answer.prompt.layout": prompt.layout,
+            "answer.prompt.expected_cached_tokens": prompt.expected_cached_tokens,
+        }
+        return StageResult(prompt, elapsed_ms, work=n, cut=cut, attributes=attributes)
+
+    def _fit(self, request: PromptRequest) -> tuple[Prompt, float]:
+        config = self._config
+        last: tuple[Prompt, float] | None = None
+        for n in range(max(request.most, 1), 0, -1):
+            prompt = build_prompt(
+                request.question,
+                request.passages,
+                self._template,
+                max_prompt_tokens=config.max_prompt_tokens,
+                layout=config.layout,
+                tree=request.tree,
+                limit=n,
+                slack=config.slack,
+                adopt=config.adopt,
+                lookup=request.lookup,
+                remember=False,
+            )
+            if request.fit is None:
+                return prompt, 0.0
+            fits, predicted_ms = request.fit(prompt)
+            last = (prompt, predicted_ms)
+            if fits:
+                break
+        assert last is not None
+        return last
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    prompt: Prompt
+    params: SamplingParams
+    timeouts: StreamTimeouts
+
+
+class SendStage:
+    """Sends the prompt and waits for SGLang's response headers (bounded by the request's
+    hard deadline); the tokens then come from the returned stream."""
+
+    name = "generate"
+
+    def __init__(self, client: GenerationClient) -> None:
+        self.client = client
+
+    async def run(self, request: SendRequest, deadline: Deadline) -> StageResult[TokenStream]:
+        loop = asyncio.get_running_loop()
+        started_s = loop.time()
+        stream = await self.client.open_stream(
+            request.prompt.text, request.params, request.timeouts
+        )
+        return StageResult(
+            stream,
+            (loop.time() - started_s) * 1000.0,
+            attributes={"gen_ai.response.id": stream.rid, "sglang.worker": self.client.base_url},
+        )

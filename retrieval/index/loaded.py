@@ -1,0 +1,56 @@
+"""An index directory, opened: the faiss index of its passages and, where it was built, the
+BM25 index over the same rows. Search modes are built from this (`retrieval/search/`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from retrieval.index.bm25_index import BM25Index
+from retrieval.index.faiss_index import FaissIndex, IndexManifest
+from retrieval.passage import Passage
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedIndex:
+    directory: Path
+    dense: FaissIndex
+    lexical: BM25Index | None = None
+
+    @property
+    def manifest(self) -> IndexManifest:
+        return self.dense.manifest
+
+    def __len__(self) -> int:
+        return len(self.dense)
+
+    def passage(self, row: int) -> Passage:
+        return self.dense.passage(row)
+
+    def passage_by_id(self, passage_id: str) -> Passage | None:
+        return self.dense.passage_by_id(passage_id)
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        *,
+        embedder: str,
+        dimension: int,
+        corpus_checksum: str | None = None,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
+    ) -> LoadedIndex:
+        """Load and check every part against the embedder in use (and the corpus, when
+        given). Blocking."""
+        dense = FaissIndex.load(
+            directory,
+            embedder=embedder,
+            dimension=dimension,
+            corpus_checksum=corpus_checksum,
+            device=device,
+        )
+        lexical = None
+        if dense.manifest.lexical_index == "bm25":
+            lexical = BM25Index.load(directory, len(dense))
+        return cls(directory, dense, lexical)

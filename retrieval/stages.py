@@ -1,0 +1,91 @@
+"""Retrieval's stages, each `run(request, deadline) -> StageResult` (budget/stage.py): embed the
+query, search in one mode, rerank. Their blocking work runs on the retriever's bounded pool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from budget import Deadline
+from budget.planner import query_tokens
+from budget.stage import AttributeValue, StageCut, StageResult
+from retrieval.embedder import Embedder, Vectors
+from retrieval.errors import RetrievalTimeoutError
+from retrieval.passage import ScoredPassage
+from retrieval.pool import StagePool
+from retrieval.rerank.base import Reranker, RerankRequest
+from retrieval.search.base import Searcher, SearchRequest
+
+
+class EmbedStage:
+    """The query's embedding. Work: the query's tokens (about four characters a token)."""
+
+    name = "embed"
+
+    def __init__(self, embedder: Embedder, pool: StagePool) -> None:
+        self._embedder = embedder
+        self._pool = pool
+
+    async def run(self, request: str, deadline: Deadline) -> StageResult[Vectors]:
+        timed = await self._pool.run(self.name, deadline, lambda: self._embedder.encode([request]))
+        return StageResult(timed.value, timed.elapsed_ms, work=query_tokens(request))
+
+
+class SearchStage:
+    """One mode's search. Work: the candidates asked for."""
+
+    name = "search"
+
+    def __init__(self, searcher: Searcher, pool: StagePool, index_passages: int) -> None:
+        self.searcher = searcher
+        self._pool = pool
+        self._index_passages = index_passages
+
+    async def run(
+        self, request: SearchRequest, deadline: Deadline
+    ) -> StageResult[list[ScoredPassage]]:
+        timed = await self._pool.run(self.name, deadline, lambda: self.searcher.search(request))
+        return StageResult(
+            timed.value,
+            timed.elapsed_ms,
+            work=request.k,
+            attributes={
+                "retrieval.mode": self.searcher.mode,
+                "retrieval.k": request.k,
+                "retrieval.index.passages": self._index_passages,
+                "retrieval.results": len(timed.value),
+            },
+        )
+
+
+class RerankStage:
+    """The reranker's order of the first candidates; when its slice runs out, the candidates
+    in retrieval order with a cut (the stage's thread finishes in the background).
+    Work: the candidates scored."""
+
+    name = "rerank"
+
+    def __init__(self, reranker: Reranker, pool: StagePool) -> None:
+        self.reranker = reranker
+        self._pool = pool
+
+    async def run(
+        self, request: RerankRequest, deadline: Deadline
+    ) -> StageResult[list[ScoredPassage]]:
+        candidates: Sequence[ScoredPassage] = request.candidates
+        attributes: dict[str, AttributeValue] = {
+            "rerank.model": self.reranker.name,
+            "rerank.candidates": len(candidates),
+            "rerank.top_n": request.top_n,
+        }
+        in_order = list(candidates[: request.top_n])
+        if deadline.expired:
+            cut = StageCut("rerank skipped: deadline already spent", 0)
+            return StageResult(in_order, 0.0, cut=cut, attributes=attributes)
+        try:
+            timed = await self._pool.run(self.name, deadline, lambda: self.reranker.rerank(request))
+        except RetrievalTimeoutError:
+            cut = StageCut("rerank timed out: retrieval order", 0)
+            return StageResult(in_order, deadline.elapsed_ms(), cut=cut, attributes=attributes)
+        return StageResult(
+            timed.value, timed.elapsed_ms, work=len(candidates), attributes=attributes
+        )

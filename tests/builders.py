@@ -1,0 +1,81 @@
+"""Helper builders for tests: a small real index (real faiss and BM25 over a bag-of-words
+embedder, no model weights) and an `AnswerPipeline` assembled from it and the in-repo fakes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from answer_service.pipeline.generation import GenerationConfig
+from answer_service.pipeline.planning import PlanningConfig
+from answer_service.pipeline.retrieval import RetrievalConfig
+from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
+from generation.client import GenerationClient
+from retrieval.embedder import Embedder
+from retrieval.index.builder import build_index
+from retrieval.retriever import Retriever
+from tests.fakes.hash_embedder import HashEmbedder
+from tests.fakes.scripted_generation import ScriptedGeneration, words
+from tests.fakes.word_template import WordTemplate
+
+DOCUMENTS = {
+    "tea": ("Green tea", "Green tea is steeped for two minutes in water at 80 degrees."),
+    "coffee": ("Coffee", "Espresso is brewed by forcing hot water through ground coffee."),
+    "volcano": ("Volcanoes", "Mount Etna is an active volcano on the island of Sicily."),
+    "river": ("Rivers", "The Danube flows through ten countries into the Black Sea."),
+    "moon": ("The Moon", "Apollo 11 landed on the Moon in July 1969."),
+}
+
+
+def make_index(
+    directory: Path,
+    documents: Mapping[str, tuple[str, str]] = DOCUMENTS,
+    embedder: Embedder | None = None,
+) -> Path:
+    """An index directory over `documents` (id: (title, text)), built as the service builds."""
+    corpus = directory / "corpus.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"_id": doc_id, "title": title, "text": text}) + "\n"
+            for doc_id, (title, text) in documents.items()
+        )
+    )
+    build_index(corpus, directory / "index", embedder or HashEmbedder(), progress=False)
+    return directory / "index"
+
+
+def make_pipeline(
+    index_dir: Path,
+    *,
+    workers: Sequence[GenerationClient] | None = None,
+    mode: str = "hybrid",
+    planning: PlanningConfig | None = None,
+    abstain_below: float = 0.0,
+    **config: Any,
+) -> tuple[AnswerPipeline, InMemorySpanExporter]:
+    """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
+    the exporter its spans end in."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    retriever = Retriever.open(index_dir, HashEmbedder())
+    pipeline = AnswerPipeline(
+        retriever,
+        WordTemplate(),
+        list(workers or [ScriptedGeneration(words("Green tea steeps for two minutes."))]),
+        provider.get_tracer("test"),
+        PipelineConfig(
+            generation=GenerationConfig(served_model="test/scripted"),
+            retrieval=RetrievalConfig(floor_ms=250, mode=mode, depth=None, slack=0),
+            planning=planning or PlanningConfig(enabled=False),
+            abstain_below=abstain_below,
+            **config,
+        ),
+    )
+    return pipeline, exporter

@@ -1,0 +1,136 @@
+"""`AnswerPipeline` built from fakes that honour its protocols (a bag-of-words embedder over a
+real faiss and BM25 index, a word template, a scripted generation client): the order of its
+events, the plans that end without the model, the stage spans, the index a request keeps, and
+a search mode added in one file plus its registration."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from answer_service.pipeline.events import (
+    AnswerRequest,
+    CitationEvent,
+    DoneEvent,
+    PipelineEvent,
+    PlanEvent,
+    SourcesEvent,
+    TokenEvent,
+)
+from answer_service.pipeline.runner import AnswerPipeline
+from answer_service.runtime.settings import Settings
+from budget import Deadline
+from generation.stages import PromptConfig
+from retrieval.retriever import Retriever
+from retrieval.search.base import register_mode, unregister_mode
+from tests.builders import DOCUMENTS, make_index, make_pipeline
+from tests.fakes import title_searcher
+from tests.fakes.scripted_generation import ScriptedGeneration, words
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_index(tmp_path_factory.mktemp("pipeline"))
+
+
+async def answer(pipeline: AnswerPipeline, query: str, **request: object) -> list[PipelineEvent]:
+    fields: dict[str, object] = {"ttft_budget_ms": 5_000, "top_k": 3, **request}
+    prepared = await pipeline.prepare(
+        AnswerRequest(query, **fields),  # type: ignore[arg-type]
+        Deadline.after_ms(float(fields["ttft_budget_ms"])),  # type: ignore[arg-type]
+    )
+    return [event async for event in pipeline.events(prepared)]
+
+
+async def test_events_come_in_order_and_sources_are_what_the_model_saw(index_dir: Path) -> None:
+    generation = ScriptedGeneration(words("Green tea steeps for two minutes."))
+    pipeline, exporter = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped?", top_k=2)
+    assert isinstance(events[0], PlanEvent)
+    assert isinstance(events[1], SourcesEvent)
+    assert isinstance(events[-1], DoneEvent)
+    text = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert text == "Green tea steeps for two minutes."
+    sources = events[1].sources
+    assert [s.number for s in sources] == [1, 2]  # the prompt's numbering, and only its passages
+    assert "tea#0" in {s.passage_id for s in sources}
+    prompt = generation.prompts[0]
+    for source in sources:
+        assert f'<passage number="{source.number}" title="{source.title}">' in prompt
+    (citation,) = [e.citation for e in events if isinstance(e, CitationEvent)]
+    tea = next(s.number for s in sources if s.doc_id == "tea")
+    assert citation.sources == (tea,)
+    stats = events[-1].stats
+    assert stats.outcome == "ok"
+    assert stats.finish_reason == "stop"
+    assert stats.passages_in_prompt == 2
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert {"answer", "embed", "search", "prompt", "generate"} <= set(spans)
+    assert spans["search"].attributes["retrieval.mode"] == "hybrid"  # type: ignore[index]
+    assert spans["prompt"].attributes["answer.prompt.passages"] == 2  # type: ignore[index]
+    assert spans["answer"].attributes["answer.outcome"] == "ok"  # type: ignore[index]
+    assert spans["generate"].attributes["gen_ai.usage.output_tokens"] == 6  # type: ignore[index]
+
+
+async def test_weak_evidence_is_answered_without_the_model(index_dir: Path) -> None:
+    generation = ScriptedGeneration(words("never asked"))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation], abstain_below=0.5)
+    events = await answer(pipeline, "Which orchestra recorded the Goldberg variations?")
+    assert generation.prompts == []
+    text = "".join(e.text for e in events if isinstance(e, TokenEvent))
+    assert text.startswith("I do not know")
+    assert events[-1].stats.outcome == "abstained"  # type: ignore[attr-defined]
+    assert len(events[1].sources) == 3  # type: ignore[attr-defined]  # the closest, listed
+
+
+async def test_a_request_keeps_the_index_it_started_on(index_dir: Path, tmp_path: Path) -> None:
+    """An index swapped in while a request waits for its generation slot: the request still
+    lays its prompt out and lists its sources from the index it retrieved from (here a passage
+    a remembered prefix brings along, which the new index does not hold)."""
+    generation = ScriptedGeneration(words("Tea."))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation], prompt=PromptConfig(adopt=1))
+    await answer(pipeline, "green tea coffee espresso", top_k=2)  # remembers [coffee, tea]
+    held = await pipeline.planning.gate.acquire(generation.base_url, "standard", 0)
+    task = asyncio.create_task(
+        pipeline.prepare(
+            AnswerRequest("tea steeped minutes Danube river", 5_000, 2), Deadline.after_ms(5_000)
+        )
+    )
+    await asyncio.sleep(0.05)  # retrieved, now waiting for the slot
+    assert not task.done()
+    other = make_index(tmp_path, {"tea": DOCUMENTS["tea"], "river": DOCUMENTS["river"]})
+    pipeline.swap_retriever(Retriever.open(other, pipeline.retriever.embedder), None)
+    held.release()
+    prepared = await task
+    events = [event async for event in pipeline.events(prepared)]
+    sources = next(e for e in events if isinstance(e, SourcesEvent)).sources
+    assert (sources[0].passage_id, sources[0].score) == ("coffee#0", 0.0)  # adopted
+    assert "coffee" in generation.prompts[-1].lower()
+
+
+@pytest.fixture
+def title_mode() -> Iterator[None]:
+    register_mode("title", title_searcher.build)
+    yield
+    unregister_mode("title")
+
+
+async def test_a_search_mode_added_in_one_file_serves_answers(
+    index_dir: Path, title_mode: None
+) -> None:
+    assert Settings(retrieval_mode="title").retrieval_mode == "title"
+    pipeline, exporter = make_pipeline(index_dir, mode="title")
+    assert "title" in pipeline.retriever.modes()
+    events = await answer(pipeline, "What about the moon?", top_k=1)
+    assert [s.doc_id for s in events[1].sources] == ["moon"]  # type: ignore[attr-defined]
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert spans["search"].attributes["retrieval.mode"] == "title"  # type: ignore[index]
+    assert "embed" not in spans  # the mode needs no vector: nothing embedded
+
+
+def test_an_unknown_search_mode_is_refused_by_the_settings() -> None:
+    with pytest.raises(ValueError, match="retrieval_mode 'title'"):
+        Settings(retrieval_mode="title")
