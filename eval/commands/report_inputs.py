@@ -2,7 +2,8 @@
 their per-request records.
 
 Reads `retrieval`, `answers`, `load` and `prefix-reuse-bench` results (the layout of
-`eval/lib/results.py`) and the stage-cost table of `eval/bench/stage_costs.py`. Unknown fields are
+`eval/lib/results.py`) and the stage-cost table of `eval/bench/stage_costs.py`, whole or as a
+committed summary whose records lie beside it (`eval/lib/records.py`). Unknown fields are
 ignored, so newer files still read; a file that is none of these, or whose fields have the
 wrong shape, raises `ReportInputError` with one line naming the file.
 
@@ -25,6 +26,8 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from eval.lib.records import RecordsError, with_records
 
 EARLY_STAGES = ("embed", "search", "rerank", "prompt")
 # Per-request stage fields that are not a step before the first token.
@@ -182,6 +185,10 @@ def read_result(path: Path, label: str) -> ResultFile:
         raise ReportInputError(path, f"not valid JSON ({exc.msg}, line {exc.lineno})") from exc
     if not isinstance(raw, dict):
         raise ReportInputError(path, "expected a JSON object")
+    try:
+        raw = with_records(raw, path.parent)  # a committed summary: its records lie beside it
+    except RecordsError as exc:
+        raise ReportInputError(path, str(exc)) from exc
     kind = "stage-costs" if "command" not in raw and "costs" in raw else str(raw.get("command"))
     model = _RESULT_MODELS.get(kind)
     if model is None:

@@ -1,6 +1,6 @@
 """schemathesis against the running service's own OpenAPI document (real index, embedder and
 Redis; a fake SGLang): no generated request may get a 5xx. `FUZZ_MAX_EXAMPLES` sets the
-examples per operation (the suite runs a few hundred cases; the measured run in the README
+examples per operation (the suite runs a few hundred cases; the run docs/operations.md quotes
 uses 600, over 2,000 cases)."""
 
 from __future__ import annotations

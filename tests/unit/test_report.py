@@ -18,6 +18,7 @@ from eval.commands.answers import AnswerRecord, Question, score_answers
 from eval.commands.main import main
 from eval.commands.report_inputs import Request, labels, stage_segments
 from eval.lib.latency_stats import LevelRun, RequestRecord, sweep_metrics
+from eval.lib.records import split
 from eval.lib.results import write_result
 
 RESULTS = Path(__file__).resolve().parents[2] / "eval" / "results"
@@ -227,6 +228,43 @@ def test_waterfall_splits_the_ttft_into_stages(report: Path, inputs: dict[str, P
     assert row[-1].startswith("500")  # the TTFT budget of the run
     planned = _row(report, "rate 1 rps · planned").split(" | ")
     assert planned[1:6] == ["20.0", "20.0", "200", "10.0", "250"]
+
+
+def test_a_committed_summary_reports_with_its_records_beside_it(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The same report, with the per-request records whole in the JSON or split off beside it."""
+    whole, summaries = tmp_path / "whole", tmp_path / "summaries"
+    for folder in (whole, summaries):
+        folder.mkdir()
+        for name in ("load_a", "answers_k3", "prefix"):
+            (folder / inputs[name].name).write_bytes(inputs[name].read_bytes())
+    for path in summaries.iterdir():
+        assert split(path) is not None
+        assert "requests" not in json.loads(path.read_text())
+
+    pages = []
+    for folder in (whole, summaries):
+        out = tmp_path / f"report-{folder.name}"
+        files = sorted(folder.glob("*.json"))
+        assert main(["report", *map(str, files), "--out", str(out)]) == 0
+        pages.append((out / "report.md").read_text().replace(str(folder), "FOLDER"))
+    assert pages[0] == pages[1]
+    assert "rate 1 rps · p50" in pages[1]  # the waterfall, drawn from the records
+
+
+def test_a_summary_whose_records_are_gone_is_refused_naming_it(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / inputs["load_a"].name
+    path.write_bytes(inputs["load_a"].read_bytes())
+    records = split(path)
+    assert records is not None
+    records.unlink()
+    assert main(["report", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: cannot read its records file")
+    assert err.count("\n") == 1
 
 
 def test_stage_segments_arithmetic() -> None:
