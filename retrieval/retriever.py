@@ -87,7 +87,8 @@ class Retriever:
         directory: Path,
         embedder: Embedder,
         *,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
+        device: str = "auto",
+        index_max_gpu_bytes: int | None = None,
         corpus_checksum: str | None = None,
         fusion: FusionConfig | None = None,
         max_workers: int = 2,
@@ -101,6 +102,7 @@ class Retriever:
             dimension=embedder.dimension,
             corpus_checksum=corpus_checksum,
             device=device,
+            max_gpu_bytes=index_max_gpu_bytes,
         )
         lexical = None
         if index.manifest.lexical_index == "bm25":
