@@ -4,7 +4,8 @@ On a GPU machine `up` launches stock SGLang as ``docker/compose.yaml`` does (one
 worker, the router tuned as compose's), leaving room on a GPU that the service's own models
 share (answer_service/runtime/placement.py); on the CPU, the CPU build with its stand-ins.
 `launcher` is a pure function of the settings, the host's facts and the arguments, so the GPU
-launch is tested without a GPU (tests/unit/test_docker_compose.py).
+launch is tested without a GPU (tests/unit/test_docker_compose.py); `answer-service demo`
+starts its server through it too.
 """
 
 from __future__ import annotations
@@ -21,28 +22,34 @@ from generation.server.env import ensure_sglang_env, ensure_sglang_router, ensur
 from generation.server.fleet import GpuSlot, SGLangFleet, SGLangFleetConfig, consecutive_ports
 from generation.server.host import HostFacts, detect_host
 from generation.server.launch import SGLangServer, SGLangServerConfig, SGLangServerError
-from generation.server.router import SGLangRouterConfig, gpu_router_config
+from generation.server.router import RouterPolicy, SGLangRouterConfig, gpu_router_config
 
 logger = logging.getLogger(__name__)
 
 
 def launcher(
-    settings: Settings, host: HostFacts, args: argparse.Namespace
+    settings: Settings,
+    host: HostFacts,
+    *,
+    port: int,
+    model: str | None = None,
+    workers: int = 1,
+    bind: str = "127.0.0.1",
+    router_policy: RouterPolicy = "cache_aware",
 ) -> SGLangServer | SGLangFleet:
-    """What `sglang up` starts on a machine with these facts; pure (raises PlacementError)."""
+    """What `sglang up` starts on a machine with these facts: one server on `port`, or
+    `workers` behind a router on it; pure (raises PlacementError)."""
     gpu_count = len(host.gpus)
-    slots = plan_sglang_workers(
-        settings, plan_placement(settings, gpu_count), args.workers, gpu_count
-    )
+    slots = plan_sglang_workers(settings, plan_placement(settings, gpu_count), workers, gpu_count)
     gpu_slots = tuple(GpuSlot(slot.gpu, slot.mem_fraction_static) for slot in slots)
     worker = SGLangServerConfig(
-        host=args.host,
-        port=args.port,
+        host=bind,
+        port=port,
         cache_dir=settings.cache_dir,
-        model=args.model,
+        model=model,
         device="cuda" if gpu_slots else "cpu",
     )
-    if args.workers == 1:
+    if workers == 1:
         if gpu_slots:
             (slot,) = gpu_slots
             worker = replace(
@@ -50,9 +57,9 @@ def launcher(
             )
         return SGLangServer(worker)
     router_fields: dict[str, Any] = {
-        "host": args.host,
-        "port": args.port,
-        "policy": args.router_policy,
+        "host": bind,
+        "port": port,
+        "policy": router_policy,
         "cache_dir": settings.cache_dir,
     }
     return SGLangFleet(
@@ -61,16 +68,31 @@ def launcher(
             router=gpu_router_config(**router_fields)
             if gpu_slots
             else SGLangRouterConfig(**router_fields),
-            worker_ports=consecutive_ports(args.port + 1, args.workers),
+            worker_ports=consecutive_ports(port + 1, workers),
             gpu_slots=gpu_slots,
         )
+    )
+
+
+def launcher_for(
+    args: argparse.Namespace, settings: Settings, host: HostFacts
+) -> SGLangServer | SGLangFleet:
+    """`launcher` for the arguments of `sglang up`."""
+    return launcher(
+        settings,
+        host,
+        port=args.port,
+        model=args.model,
+        workers=args.workers,
+        bind=args.host,
+        router_policy=args.router_policy,
     )
 
 
 def _up(args: argparse.Namespace) -> int:
     host = detect_host()
     try:
-        running = launcher(Settings(), host, args)
+        running = launcher_for(args, Settings(), host)
         url = running.start(host)
     except (SGLangServerError, PlacementError) as exc:
         print(f"error: {exc}", file=sys.stderr)

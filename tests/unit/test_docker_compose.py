@@ -28,7 +28,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from answer_service.cli.main import build_parser
-from answer_service.cli.sglang import launcher
+from answer_service.cli.sglang import launcher_for
 from answer_service.http.api import router as api_router
 from answer_service.runtime.settings import Settings
 from generation.server.env import SGLANG_ROUTER_PACKAGE
@@ -318,7 +318,7 @@ def _gpu_of(service: str) -> str:
 
 def _sglang_up(settings: Settings, *flags: str) -> SGLangServer | SGLangFleet:
     """What `answer-service sglang up FLAGS` would start on GPU_HOST (nothing is started)."""
-    return launcher(settings, GPU_HOST, _parse_cli(["sglang", "up", *flags]))
+    return launcher_for(_parse_cli(["sglang", "up", *flags]), settings, GPU_HOST)
 
 
 @pytest.fixture
