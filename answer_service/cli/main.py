@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from answer_service.cli.gpu_check import add_gpu_check_command
 from answer_service.cli.keys import add_keys_commands
 from answer_service.cli.reranker import add_reranker_commands
 from answer_service.cli.sglang import add_sglang_commands
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(run=_ask)
 
     add_sglang_commands(commands)
+    add_gpu_check_command(commands)
 
     demo = commands.add_parser("demo", help="index the bundled corpus, start all, ask")
     demo.add_argument("--port", type=int, default=DEFAULT_SERVICE_PORT)
