@@ -78,17 +78,16 @@ def list_gpus(timeout_s: float = 10.0) -> tuple[Gpu, ...]:
 
 
 def hub_reachable(env: Mapping[str, str], timeout_s: float = 3.0) -> bool:
-    """Whether the hub the environment names answers at all (any HTTP status counts); False
-    without asking where the environment already says offline."""
+    """Whether the hub the environment names answers its front page (an error status counts
+    as no: a proxy that refuses the hub answers 403); False without asking where the
+    environment already says offline."""
     if env.get("HF_HUB_OFFLINE", "").lower() in _TRUE:
         return False
     endpoint = env.get("HF_ENDPOINT") or DEFAULT_HUB
     request = urllib.request.Request(endpoint, method="HEAD")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s):
-            return True
-    except urllib.error.HTTPError:
-        return True
+            return True  # urlopen raises HTTPError for 4xx and 5xx
     except (urllib.error.URLError, OSError, ValueError):
         return False
 

@@ -3,6 +3,8 @@ facts (GPUs, the CPU's bf16, a reachable hub), passed in: both launch lines are 
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,26 @@ def test_cpu_dtype_follows_the_cpu(tmp_path: Path) -> None:
     assert not cpu_has_native_bf16(tmp_path / "missing")
     pinned = SGLangServer(SGLangServerConfig(cpu_dtype="bfloat16"))
     assert pinned.resolved_cpu_dtype(HostFacts(cpu_native_bf16=False)) == "bfloat16"
+
+
+def test_hub_probe_counts_an_answer_and_not_a_refusal() -> None:
+    class Hub(BaseHTTPRequestHandler):
+        status = 200
+
+        def do_HEAD(self) -> None:
+            self.send_response(self.status)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert hub_reachable({"HF_ENDPOINT": url})
+        Hub.status = 403  # what a proxy that refuses the hub answers
+        assert not hub_reachable({"HF_ENDPOINT": url})
+    finally:
+        server.shutdown()
+        server.server_close()
