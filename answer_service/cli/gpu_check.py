@@ -134,18 +134,20 @@ def _search_side(search: VectorSearch, queries: Vectors, k: int) -> dict[str, An
     }
 
 
-def _other_search(vectors: Vectors, device: str) -> VectorSearch:
-    """The search the service would use on `device` (torch's exact search on the CPU)."""
+def _other_search(vectors: Vectors, device: str) -> tuple[VectorSearch, str]:
+    """The search the service would use on `device` (torch's exact search on the CPU), and
+    why it runs where it does."""
     import faiss
 
     from retrieval.index.placement import IndexPlacement, place_index
     from retrieval.index.vector_search import TorchExactSearch
 
     if device == "cpu":
-        return TorchExactSearch(vectors, "cpu")
+        return TorchExactSearch(vectors, "cpu"), "torch's exact search, the GPU fallback"
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
-    return place_index(index, "flat", IndexPlacement(device)).search
+    placed = place_index(index, "flat", IndexPlacement(device))
+    return placed.search, placed.reason or "as asked"
 
 
 def _database(passages: Vectors, total: int, seed: int = 0) -> Vectors:
@@ -168,21 +170,26 @@ def _public(side: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in side.items() if not key.startswith("_")}
 
 
+def compared_device(asked: str, gpus: int) -> tuple[str, str]:
+    """The device compared with the CPU, and a note where it is not the one asked for."""
+    if asked == "auto":
+        asked = "cuda:0" if gpus else "cpu"
+    gpu = 0 if asked == "cuda" else int(asked.removeprefix("cuda:")) if ":" in asked else None
+    if gpu is not None and gpu >= gpus:
+        return "cpu", f"{asked} asked for, torch sees {gpus} GPU(s): both sides ran on the CPU"
+    if gpu is None:
+        why = "no CUDA here" if gpus == 0 else "--device cpu"
+        return "cpu", f"{why}: both sides ran on the CPU (faiss against torch's exact search)"
+    return f"cuda:{gpu}", ""
+
+
 def run_check(args: argparse.Namespace) -> dict[str, Any]:
     import faiss
 
     from retrieval.index.vector_search import FaissSearch
 
     host = _host()
-    device = args.device
-    note = ""
-    if device == "auto":
-        device = "cuda:0" if host["cuda_available"] else "cpu"
-    elif device.startswith("cuda") and not host["cuda_available"]:
-        note = f"{device} asked for, but torch sees no CUDA: both sides ran on the CPU"
-        device = "cpu"
-    if device == "cpu" and not note:
-        note = "no CUDA here: both sides ran on the CPU (faiss against torch's exact search)"
+    device, note = compared_device(args.device, len(host["gpus"]))
     passages, queries = _texts(args.texts, args.queries)
 
     cpu_embed = _embed_side(args.embedder, "cpu", passages, queries)
@@ -198,8 +205,8 @@ def run_check(args: argparse.Namespace) -> dict[str, Any]:
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
     cpu_search = _search_side(FaissSearch(flat), cpu_embed["_queries"], args.k)
-    other = _other_search(vectors, device)
-    other_search = _search_side(other, cpu_embed["_queries"], args.k)
+    other, why = _other_search(vectors, device)
+    other_search = {**_search_side(other, cpu_embed["_queries"], args.k), "why": why}
     agree = same_top_k(cpu_search["_found"], other_search["_found"])
     # End to end: each side's own query vectors through its own search.
     end_to_end = other.search(other_embed["_queries"], args.k)

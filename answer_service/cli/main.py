@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--index-kind",
         choices=["auto", "flat", "ivf", "hnsw"],
         default="auto",
-        help="auto: exact up to 50,000 passages, IVF above",
+        help="auto: exact up to 50,000 passages, IVF above; hnsw is searched on the CPU only "
+        "(faiss has no GPU HNSW)",
     )
     build.add_argument("--force", action="store_true", help="rebuild even if current")
     build.set_defaults(run=_index_build)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from answer_service.cli.gpu_check import same_top_k
+from answer_service.cli.gpu_check import compared_device, same_top_k
 from answer_service.cli.main import build_parser
 
 
@@ -37,3 +37,19 @@ def test_arguments() -> None:
     )
     with pytest.raises(SystemExit):
         build_parser().parse_args(["gpu-check", "--device", "gpu"])
+
+
+def test_the_compared_device_falls_back_to_the_cpu_and_says_so() -> None:
+    assert compared_device("auto", 2) == ("cuda:0", "")
+    assert compared_device("cuda", 1) == ("cuda:0", "")
+    assert compared_device("cuda:1", 2) == ("cuda:1", "")
+    device, note = compared_device("auto", 0)
+    assert (device, "no CUDA here" in note) == ("cpu", True)
+    assert compared_device("cuda:2", 2) == (
+        "cpu",
+        "cuda:2 asked for, torch sees 2 GPU(s): both sides ran on the CPU",
+    )
+    assert compared_device("cpu", 2) == (
+        "cpu",
+        "--device cpu: both sides ran on the CPU (faiss against torch's exact search)",
+    )
