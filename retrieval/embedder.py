@@ -44,7 +44,7 @@ class Embedder(Protocol):
 @dataclass(frozen=True, slots=True)
 class EmbedderConfig:
     model: str = DEFAULT_EMBEDDER
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: str = "auto"  # auto, cpu, cuda or cuda:N
     # auto: bfloat16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else float32.
     # On these machines bf16 embedded passages 1.7x faster at cosine 0.998 to fp32.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -92,7 +92,7 @@ def _cpu_has_native_bf16() -> bool:
 def pick_dtype(dtype: str, device: str) -> str:
     if dtype != "auto":
         return dtype
-    return "bfloat16" if device == "cuda" or _cpu_has_native_bf16() else "float32"
+    return "bfloat16" if device.startswith("cuda") or _cpu_has_native_bf16() else "float32"
 
 
 def pick_device(device: str) -> str:

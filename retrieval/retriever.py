@@ -9,7 +9,6 @@ search for tools that want passages for a query and nothing else.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from budget import Deadline
 from retrieval.embedder import Embedder
@@ -48,7 +47,8 @@ class Retriever:
         directory: Path,
         embedder: Embedder,
         *,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
+        device: str = "auto",
+        index_max_gpu_bytes: int | None = None,
         corpus_checksum: str | None = None,
         search: SearchConfig | None = None,
         max_workers: int = 2,
@@ -62,6 +62,7 @@ class Retriever:
             dimension=embedder.dimension,
             corpus_checksum=corpus_checksum,
             device=device,
+            max_gpu_bytes=index_max_gpu_bytes,
         )
         index.dense.search(embedder.encode(["warm-up"]), 1)
         return cls(embedder, index, search=search, pool=StagePool(max_workers))

@@ -17,7 +17,10 @@ import urllib.request
 from pathlib import Path
 
 from answer_service.cli.ask import ask
+from answer_service.cli.sglang import launcher
+from answer_service.runtime.placement import PlacementError
 from answer_service.runtime.settings import Settings
+from generation.server.host import detect_host
 from generation.server.launch import SGLangServer, SGLangServerConfig, SGLangServerError
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
@@ -91,10 +94,11 @@ def run_demo(port: int, sglang_port: int, question: str) -> int:
     state = "current, kept" if report.reused else f"built in {report.seconds:.0f} s"
     print(f"    {report.manifest.passage_count} passages ({state})")
     print(f"2/4 starting SGLang on port {sglang_port} (first run builds its environment)")
-    sglang = SGLangServer(SGLangServerConfig(port=sglang_port, cache_dir=settings.cache_dir))
+    host = detect_host()
     try:
-        sglang_url = sglang.start()
-    except SGLangServerError as exc:
+        # As `sglang up` would: on a GPU, leaving room for the service's own models there.
+        sglang_url = launcher(settings, host, port=sglang_port).start(host)
+    except (SGLangServerError, PlacementError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"    SGLang at {sglang_url}")

@@ -10,19 +10,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from answer_service.cli.gpu_check import add_gpu_check_command
 from answer_service.cli.keys import add_keys_commands
 from answer_service.cli.reranker import add_reranker_commands
+from answer_service.cli.sglang import add_sglang_commands
 from answer_service.runtime.settings import DEFAULT_SGLANG_PORT, Settings
-from generation.server.env import ensure_sglang_router
-from generation.server.fleet import SGLangFleet, SGLangFleetConfig, consecutive_ports
-from generation.server.launch import (
-    SGLangServer,
-    SGLangServerConfig,
-    SGLangServerError,
-    ensure_sglang_env,
-    ensure_smollm2_model,
-)
-from generation.server.router import SGLangRouterConfig
 
 logger = logging.getLogger(__name__)
 
@@ -95,68 +87,6 @@ def _ask(args: argparse.Namespace) -> int:
     return asyncio.run(ask(args.url, args.question, args.budget_ms, args.top_k, args.api_key))
 
 
-def _sglang_server(args: argparse.Namespace) -> SGLangServer:
-    return SGLangServer(
-        SGLangServerConfig(
-            port=args.port,
-            cache_dir=Settings().cache_dir,
-            model_dir=getattr(args, "model_dir", None),
-        )
-    )
-
-
-def _sglang_fleet(args: argparse.Namespace) -> SGLangFleet:
-    """The router on --port, the workers on the ports after it."""
-    cache_dir = Settings().cache_dir
-    return SGLangFleet(
-        SGLangFleetConfig(
-            worker=SGLangServerConfig(cache_dir=cache_dir, model_dir=args.model_dir),
-            router=SGLangRouterConfig(
-                port=args.port, policy=args.router_policy, cache_dir=cache_dir
-            ),
-            worker_ports=consecutive_ports(args.port + 1, args.workers),
-        )
-    )
-
-
-def _sglang_up(args: argparse.Namespace) -> int:
-    try:
-        running = _sglang_fleet(args) if args.workers > 1 else _sglang_server(args)
-        url = running.start()
-    except SGLangServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(url)
-    return 0
-
-
-def _sglang_setup(args: argparse.Namespace) -> int:
-    cache_dir = Settings().cache_dir
-    try:
-        python = ensure_sglang_env(cache_dir)
-        ensure_sglang_router(cache_dir)
-        model_dir = ensure_smollm2_model(cache_dir)
-    except SGLangServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"SGLang environment: {python}\nSmolLM2-135M-Instruct: {model_dir}")
-    return 0
-
-
-def _sglang_down(args: argparse.Namespace) -> int:
-    fleet = SGLangFleet.find(Settings().cache_dir, args.port)
-    stopped = fleet.stop() if fleet is not None else _sglang_server(args).stop()
-    print("stopped" if stopped else "not running")
-    return 0
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def _demo(args: argparse.Namespace) -> int:
     from answer_service.cli.demo import run_demo, stop_demo
 
@@ -185,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--index-kind",
         choices=["auto", "flat", "ivf", "hnsw"],
         default="auto",
-        help="auto: exact up to 50,000 passages, IVF above",
+        help="auto: exact up to 50,000 passages, IVF above; hnsw is searched on the CPU only "
+        "(faiss has no GPU HNSW)",
     )
     build.add_argument("--force", action="store_true", help="rebuild even if current")
     build.set_defaults(run=_index_build)
@@ -227,29 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.set_defaults(run=_ask)
 
-    sglang = commands.add_parser("sglang", help="a local SGLang server").add_subparsers(
-        dest="sglang_command", required=True
-    )
-    up = sglang.add_parser("up", help="build its environment if needed, start it, wait")
-    up.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
-    up.add_argument("--model-dir", type=Path, default=None, help="default: SmolLM2-135M")
-    up.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=1,
-        help="N>1: N workers on the ports after --port and sglang-router on --port",
-    )
-    up.add_argument(
-        "--router-policy", choices=["cache_aware", "round_robin"], default="cache_aware"
-    )
-    up.set_defaults(run=_sglang_up)
-    setup = sglang.add_parser(
-        "setup", help="build its environment, router and model, start nothing"
-    )
-    setup.set_defaults(run=_sglang_setup)
-    down = sglang.add_parser("down", help="stop it (or the router and its workers)")
-    down.add_argument("--port", type=int, default=DEFAULT_SGLANG_PORT)
-    down.set_defaults(run=_sglang_down)
+    add_sglang_commands(commands)
+    add_gpu_check_command(commands)
 
     demo = commands.add_parser("demo", help="index the bundled corpus, start all, ask")
     demo.add_argument("--port", type=int, default=DEFAULT_SERVICE_PORT)

@@ -29,6 +29,14 @@ from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.runtime.index_watch import IndexWatcher
 from answer_service.runtime.loop_lag import LoopLag
 from answer_service.runtime.metrics import ServiceMetrics
+from answer_service.runtime.placement import (
+    Placement,
+    PlacementError,
+    apply_torch_memory_caps,
+    cuda_gpu_count,
+    gpu_total_bytes,
+    plan_placement,
+)
 from answer_service.runtime.rate_limit import RateLimiter
 from answer_service.runtime.redis_link import RedisLink
 from answer_service.runtime.request_log import RequestLog
@@ -74,6 +82,8 @@ class Components:
     served_model: str | None = None
     warm_up_error: str | None = None
     reranker_status: str = "not loaded"
+    # Where the embedder, reranker and index run, and their GPU shares (set in warm-up).
+    placement: Placement | None = None
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
     _reranker_task: asyncio.Task[None] | None = field(default=None)
     _watch_task: asyncio.Task[None] | None = field(default=None)
@@ -145,13 +155,16 @@ class Components:
         try:
             if settings.index_dir is None:
                 raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
-            embedder = SentenceTransformerEmbedder(embedder_config(settings))
+            placement = await asyncio.to_thread(self.place_models)
+            embedder = SentenceTransformerEmbedder(
+                embedder_config(settings, device=placement.embedder.device)
+            )
             self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
             tokenizer = settings.tokenizer or await self._served_model()
             self.served_model = self.served_model or tokenizer
             template = HFChatTemplate(tokenizer)
             await asyncio.to_thread(template.warm_up)
-        except (RetrievalError, GenerationError) as exc:
+        except (RetrievalError, GenerationError, PlacementError) as exc:
             self.warm_up_error = str(exc)
             logger.error("warm-up failed error=%s", exc)
             return
@@ -170,7 +183,11 @@ class Components:
             fleet=self.fleet,
         )
         logger.info(
-            "warm-up finished passages=%d model=%s", len(self.retriever.index), self.served_model
+            "warm-up finished passages=%d model=%s index_device=%s index_backend=%s",
+            len(self.retriever.index),
+            self.served_model,
+            self.retriever.index.dense.device,
+            self.retriever.index.dense.search_backend,
         )
         self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
         if settings.index_watch_s > 0:
@@ -180,14 +197,34 @@ class Components:
             )
             self._watch_task = asyncio.get_running_loop().create_task(watcher.run())
 
+    def place_models(self) -> Placement:
+        """Where the embedder, reranker and index run, decided once; caps this process's torch
+        memory on each GPU at their shares (blocking: asks torch for its GPUs)."""
+        if self.placement is None:
+            self.placement = plan_placement(self.settings, cuda_gpu_count())
+            caps = apply_torch_memory_caps(self.placement)
+            logger.info(
+                "placement %s torch_memory_caps=%s",
+                self.placement.describe(),
+                ",".join(f"cuda:{gpu}@{cap:g}" for gpu, cap in caps.items()) or "none",
+            )
+        return self.placement
+
     def open_retriever(self, embedder: Embedder) -> Retriever:
         """The configured index directory's retriever (blocking: run it in a thread)."""
         settings = self.settings
         assert settings.index_dir is not None
+        index = self.place_models().index
+        share_bytes = (
+            int(index.gpu_memory_fraction * gpu_total_bytes(index.gpu))
+            if index.gpu is not None
+            else None
+        )
         return Retriever.open(
             settings.index_dir,
             embedder,
-            device=settings.device,
+            device=index.device,
+            index_max_gpu_bytes=share_bytes,
             search=search_config(settings),
             max_workers=settings.retrieval_workers,
         )
@@ -234,7 +271,8 @@ class Components:
             self.reranker_status = "disabled by configuration"
             return
         self.reranker_status = f"loading {settings.reranker_model}"
-        reranker = await asyncio.to_thread(load_reranker, reranker_config(settings))
+        config = reranker_config(settings, device=self.place_models().reranker.device)
+        reranker = await asyncio.to_thread(load_reranker, config)
         if reranker is None:
             self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
         elif self.retriever is not None:

@@ -83,13 +83,15 @@ def search_config(settings: Settings) -> SearchConfig:
     )
 
 
-def embedder_config(settings: Settings) -> EmbedderConfig:
-    return EmbedderConfig(model=settings.embedder_model, device=settings.device)
+def embedder_config(settings: Settings, *, device: str) -> EmbedderConfig:
+    """The embedder's, on the device the placement gave it (runtime/placement.py)."""
+    return EmbedderConfig(model=settings.embedder_model, device=device)
 
 
-def reranker_config(settings: Settings) -> RerankerConfig:
+def reranker_config(settings: Settings, *, device: str) -> RerankerConfig:
+    """The reranker's, on the device the placement gave it (runtime/placement.py)."""
     return RerankerConfig(
         model=settings.reranker_model,
-        device=settings.device,
+        device=device,
         max_tokens=settings.reranker_max_tokens,
     )

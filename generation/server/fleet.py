@@ -4,7 +4,8 @@ The workers are `SGLangServer`s on their own ports (`consecutive_ports` for the 
 the router on P, the workers on P+1..P+N); the router is an `SGLangRouter` over their urls.
 Callers talk to the router's url as they would to one SGLang server (see `sglang_router` for
 what it forwards and what it does not). On the CPU the workers share the cores, so each gets
-``cores // N`` torch threads unless the worker config says otherwise.
+``cores // N`` torch threads unless the worker config says otherwise; on GPUs each worker gets a
+GPU of its own (`GpuSlot`), as compose gives each worker container one.
 
 A small record under ``cache_dir/run`` names the fleet's ports, so another process (the CLI's
 ``sglang down``) can find and stop it. Failures raise `SGLangServerError`; a fleet that fails
@@ -21,7 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from generation.errors import SGLangServerError
-from generation.server.env import ensure_sglang_router, ensure_smollm2_model
+from generation.server.env import ensure_sglang_router
+from generation.server.host import HostFacts, detect_host
 from generation.server.launch import SGLangServer, SGLangServerConfig
 from generation.server.router import SGLangRouter, SGLangRouterConfig
 
@@ -29,15 +31,30 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class GpuSlot:
+    """One GPU worker's GPU, and its share of it (None: SGLang's own choice)."""
+
+    gpu_id: int
+    mem_fraction_static: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SGLangFleetConfig:
     """``worker`` is every worker's config except its port (and its log, placed in
-    ``log_dir``); ``router`` is the router's except its worker urls. Both should name the same
-    ``cache_dir`` and host."""
+    ``log_dir``, and on GPUs its `GpuSlot`, in worker order); ``router`` is the router's except
+    its worker urls. Both should name the same ``cache_dir`` and host."""
 
     worker: SGLangServerConfig
     router: SGLangRouterConfig
     worker_ports: tuple[int, ...]
     log_dir: Path | None = None
+    gpu_slots: tuple[GpuSlot, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gpu_slots and len(self.gpu_slots) != len(self.worker_ports):
+            raise SGLangServerError(
+                f"{len(self.worker_ports)} workers but {len(self.gpu_slots)} GPU slots"
+            )
 
 
 def consecutive_ports(base_port: int, count: int) -> tuple[int, ...]:
@@ -93,6 +110,7 @@ class SGLangFleet:
     def _make_workers(self, model_dir: Path | None) -> tuple[SGLangServer, ...]:
         template = self._config.worker
         threads = template.cpu_threads or threads_per_worker(len(self._config.worker_ports))
+        slots = self._config.gpu_slots or (None,) * len(self._config.worker_ports)
         return tuple(
             SGLangServer(
                 replace(
@@ -101,26 +119,33 @@ class SGLangFleet:
                     model_dir=model_dir,
                     cpu_threads=threads,
                     log_path=self._log_path(f"sglang-{port}.log"),
+                    gpu_id=slot.gpu_id if slot else template.gpu_id,
+                    mem_fraction_static=slot.mem_fraction_static
+                    if slot
+                    else template.mem_fraction_static,
                 )
             )
-            for port in self._config.worker_ports
+            for port, slot in zip(self._config.worker_ports, slots, strict=True)
         )
 
-    def start(self) -> str:
+    def start(self, host: HostFacts | None = None) -> str:
         """Start the workers (together), then the router; return the router's url.
-        Idempotent: parts already running are kept."""
+        Idempotent: parts already running are kept. `host`: detected when not given."""
         if self._router.is_healthy():
             logger.info("sglang fleet already running url=%s", self.url)
             return self.url
         cache_dir = self._config.worker.cache_dir
+        host = host or detect_host()
+        device = self._workers[0].resolved_device(host)
         # Build the venv and the model once here, not in each worker's thread at the same time.
-        ensure_sglang_router(cache_dir)
-        self._workers = self._make_workers(
-            self._config.worker.model_dir or ensure_smollm2_model(cache_dir)
-        )
+        ensure_sglang_router(cache_dir, device)
+        # A hub id stays in the workers' config (`model` wins); a folder is built here once.
+        model = self._workers[0].model_or_default(device)
+        self._workers = self._make_workers(model if isinstance(model, Path) else None)
+        self._router = SGLangRouter(replace(self._router.config, venv=device))
         try:
             with ThreadPoolExecutor(len(self._workers), thread_name_prefix="sglang-start") as pool:
-                list(pool.map(SGLangServer.start, self._workers))
+                list(pool.map(lambda worker: worker.start(host), self._workers))
             self._router.start()
         except SGLangServerError:
             self.stop()

@@ -63,12 +63,12 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from generation.errors import SGLangServerError
-from generation.server.env import ensure_sglang_router
+from generation.server.env import Accelerator, ensure_sglang_router
 from generation.server.process_group import PidFileProcess, port_in_use
 
 logger = logging.getLogger(__name__)
@@ -88,12 +88,15 @@ class SGLangRouterConfig:
     metrics_port: int | None = None
     startup_timeout_s: float = 120.0
     shutdown_grace_s: int = 5
-    # cache_aware only (see the module docstring for what each does in 0.3.2).
+    # How often a worker that is not up yet is tried again (upstream: 30 s).
+    worker_startup_check_interval_s: int = 1
+    # cache_aware only (see the module docstring for what each does in 0.3.2); None: not
+    # passed, upstream's default.
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 1
     balance_rel_threshold: float = 1.5
-    eviction_interval_s: int = 60
-    max_tree_size: int = 1 << 26
+    eviction_interval_s: int | None = 60
+    max_tree_size: int | None = 1 << 26
     # A worker that dies: upstream checks health every 60 s and marks a worker down after 3
     # failures, so a dead CPU worker would be tried for minutes. Here it is passed over once
     # two checks 2 s apart fail, or once 3 attempts to reach it fail (its circuit opens for
@@ -108,6 +111,27 @@ class SGLangRouterConfig:
     retry_max_retries: int = 3
     retry_initial_backoff_ms: int = 20
     extra_args: tuple[str, ...] = ()
+    # Which of SGLang's venvs the router is installed into (the one its workers run from).
+    venv: Accelerator = "cpu"
+
+
+def gpu_router_config(**overrides: Any) -> SGLangRouterConfig:
+    """The router in front of GPU workers, tuned as ``docker/compose.yaml``'s ``sgl-router``
+    (tests/unit/test_docker_compose.py holds the two together): upstream's balance threshold
+    for GPU workers, which run many requests at once, and a lost worker passed over after two
+    failed checks 5 s apart."""
+    gpu = SGLangRouterConfig(
+        worker_startup_check_interval_s=5,
+        shutdown_grace_s=30,
+        balance_abs_threshold=64,
+        eviction_interval_s=None,
+        max_tree_size=None,
+        health_check_interval_s=5,
+        health_check_timeout_s=3,
+        cb_timeout_s=30,
+        venv="cuda",
+    )
+    return replace(gpu, **overrides)
 
 
 class SGLangRouter:
@@ -163,7 +187,7 @@ class SGLangRouter:
             "--prometheus-port",
             str(self.metrics_port),
             "--worker-startup-check-interval",
-            "1",
+            str(cfg.worker_startup_check_interval_s),
             "--shutdown-grace-period-secs",
             str(cfg.shutdown_grace_s),
             "--health-check-interval-secs",
@@ -189,11 +213,11 @@ class SGLangRouter:
                 str(cfg.balance_abs_threshold),
                 "--balance-rel-threshold",
                 str(cfg.balance_rel_threshold),
-                "--eviction-interval-secs",
-                str(cfg.eviction_interval_s),
-                "--max-tree-size",
-                str(cfg.max_tree_size),
             ]
+            if cfg.eviction_interval_s is not None:
+                argv += ["--eviction-interval-secs", str(cfg.eviction_interval_s)]
+            if cfg.max_tree_size is not None:
+                argv += ["--max-tree-size", str(cfg.max_tree_size)]
         return argv + list(cfg.extra_args)
 
     def healthy_workers(self, timeout_s: float = 2.0) -> int | None:
@@ -234,7 +258,7 @@ class SGLangRouter:
                 raise SGLangServerError(
                     f"port {port} is in use by a process this service did not start"
                 )
-        python = ensure_sglang_router(cfg.cache_dir)
+        python = ensure_sglang_router(cfg.cache_dir, cfg.venv)
         logger.info(
             "sglang-router starting url=%s policy=%s workers=%d log=%s",
             self.url,

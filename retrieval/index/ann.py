@@ -3,8 +3,8 @@
 Exact (flat) search for small corpora; IVF or HNSW above `flat_max_passages`. The kind is
 decided once at build time from the passage count (or forced) and recorded in the manifest;
 the depth of each query (`nprobe` for IVF, `efSearch` for HNSW) is the caller's to choose.
-Flat and IVF indexes move to the GPU when faiss reports one; HNSW stays on the CPU (faiss
-has no GPU HNSW).
+Flat and IVF indexes can be searched on a GPU (`GPU_KINDS`); HNSW is CPU-only, because faiss
+has no GPU HNSW index. Where each one runs is decided at load time by `placement.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 IndexKind = Literal["flat", "ivf", "hnsw"]
+# The kinds faiss-gpu can search (an HNSW index asked onto a GPU stays on the CPU, and says so).
+GPU_KINDS: frozenset[IndexKind] = frozenset({"flat", "ivf"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,7 @@ class AnnConfig:
     kind: Literal["auto", "flat", "ivf", "hnsw"] = "auto"
     flat_max_passages: int = 50_000
     # auto above flat_max_passages: IVF (smaller, trains in seconds) unless HNSW is asked for.
+    # HNSW is searched on the CPU even where a GPU is configured (faiss has no GPU HNSW).
     large_kind: Literal["ivf", "hnsw"] = "ivf"
     nlist: int | None = None  # IVF lists; None: about 4 x sqrt(n)
     hnsw_m: int = 32
@@ -83,22 +86,3 @@ def search_parameters(kind: IndexKind, depth: SearchDepth | None) -> Any | None:
     if kind == "hnsw" and depth.ef_search is not None:
         return faiss.SearchParametersHNSW(efSearch=depth.ef_search)  # type: ignore[attr-defined]
     return None
-
-
-def gpu_count() -> int:
-    return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
-
-
-def maybe_to_gpu(index: Any, device: Literal["auto", "cpu", "cuda"]) -> tuple[Any, str]:
-    """Move a flat or IVF index to GPU 0 where asked (or auto and one is there)."""
-    if device == "cpu" or isinstance(index, faiss.IndexHNSWFlat):
-        return index, "cpu"
-    if gpu_count() == 0 or not hasattr(faiss, "StandardGpuResources"):
-        if device == "cuda":
-            logger.warning("faiss reports no GPU; searching on the CPU")
-        return index, "cpu"
-    resources = faiss.StandardGpuResources()
-    gpu_index = faiss.index_cpu_to_gpu(resources, 0, index)
-    # Keep the resources alive as long as the index.
-    gpu_index.referenced_resources = resources  # type: ignore[attr-defined]
-    return gpu_index, "cuda"

@@ -19,12 +19,9 @@ import numpy as np
 
 from retrieval.embedder import Vectors
 from retrieval.errors import IndexMismatchError, IndexNotFoundError, RetrievalError
-from retrieval.index.ann import (
-    IndexKind,
-    SearchDepth,
-    maybe_to_gpu,
-    search_parameters,
-)
+from retrieval.index.ann import IndexKind, SearchDepth, search_parameters
+from retrieval.index.placement import GpuBackends, IndexPlacement, place_index
+from retrieval.index.vector_search import FaissSearch, VectorSearch
 from retrieval.passage import Passage, ScoredPassage
 
 logger = logging.getLogger(__name__)
@@ -74,28 +71,39 @@ def read_manifest(directory: Path) -> IndexManifest:
 
 
 class FaissIndex:
-    """Passages and their vectors; `search` is blocking and thread-safe for readers."""
+    """Passages and their vectors; `search` is blocking and thread-safe for readers (a search
+    placed on a GPU takes its turn, see `vector_search.SerialSearch`)."""
 
     def __init__(
         self,
         manifest: IndexManifest,
-        index: Any,
+        index: VectorSearch | Any,
         passages: Sequence[Passage],
-        device: str = "cpu",
     ) -> None:
-        if index.ntotal != len(passages) or manifest.passage_count != len(passages):
+        """`index`: a `VectorSearch`, or a faiss CPU index (searched as it is)."""
+        search = index if isinstance(index, VectorSearch) else FaissSearch(index)
+        if search.ntotal != len(passages) or manifest.passage_count != len(passages):
             raise IndexMismatchError(
-                f"index holds {index.ntotal} vectors and {len(passages)} passages, "
+                f"index holds {search.ntotal} vectors and {len(passages)} passages, "
                 f"manifest says {manifest.passage_count}"
             )
         self.manifest = manifest
-        self.device = device
-        self._index = index
+        self._index = search
         self._passages = list(passages)
         self._rows_by_id: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self._passages)
+
+    @property
+    def device(self) -> str:
+        """Where searches run: "cpu" or "cuda:N"."""
+        return self._index.device
+
+    @property
+    def search_backend(self) -> str:
+        """What runs them: "faiss-cpu", "faiss-gpu" or "torch"."""
+        return self._index.backend
 
     def passage(self, row: int) -> Passage:
         return self._passages[row]
@@ -124,7 +132,7 @@ class FaissIndex:
             return [[] for _ in range(queries.shape[0])]
         params = search_parameters(self.manifest.index_type, depth)
         scores, rows = self._index.search(
-            np.ascontiguousarray(queries, dtype=np.float32), k, params=params
+            np.ascontiguousarray(queries, dtype=np.float32), k, params
         )
         return [
             [(int(row), float(score)) for score, row in zip(s_row, r_row, strict=True) if row >= 0]
@@ -147,9 +155,12 @@ class FaissIndex:
         embedder: str,
         dimension: int,
         corpus_checksum: str | None = None,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
+        device: str = "auto",
+        max_gpu_bytes: int | None = None,
+        gpus: GpuBackends | None = None,
     ) -> FaissIndex:
-        """Load and check against the embedder in use (and the corpus, when given)."""
+        """Load and check against the embedder in use (and the corpus, when given), then place
+        it (`device`: auto, cpu, cuda or cuda:N; `max_gpu_bytes`: its share of that GPU)."""
         manifest = read_manifest(directory)
         check_manifest(
             manifest,
@@ -163,14 +174,20 @@ class FaissIndex:
         except RuntimeError as exc:
             raise IndexMismatchError(f"cannot read {directory / INDEX_FILE}: {exc}") from exc
         passages = list(read_passages(directory / PASSAGES_FILE))
-        index, placed_on = maybe_to_gpu(index, device)
-        loaded = cls(manifest, index, passages, placed_on)
-        logger.info(
-            "index loaded dir=%s passages=%d kind=%s device=%s",
+        placed = place_index(
+            index, manifest.index_type, IndexPlacement(device, max_gpu_bytes), gpus
+        )
+        loaded = cls(manifest, placed.search, passages)
+        log = logger.warning if placed.reason and device not in ("auto", "cpu") else logger.info
+        log(
+            "index loaded dir=%s passages=%d kind=%s device=%s backend=%s asked=%s why=%s",
             directory,
             len(loaded),
             manifest.index_type,
-            placed_on,
+            loaded.device,
+            loaded.search_backend,
+            device,
+            placed.reason or "as asked",
         )
         return loaded
 

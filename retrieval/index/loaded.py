@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from retrieval.index.bm25_index import BM25Index
 from retrieval.index.faiss_index import FaissIndex, IndexManifest
@@ -39,7 +38,8 @@ class LoadedIndex:
         embedder: str,
         dimension: int,
         corpus_checksum: str | None = None,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
+        device: str = "auto",
+        max_gpu_bytes: int | None = None,
     ) -> LoadedIndex:
         """Load and check every part against the embedder in use (and the corpus, when
         given). Blocking."""
@@ -49,6 +49,7 @@ class LoadedIndex:
             dimension=dimension,
             corpus_checksum=corpus_checksum,
             device=device,
+            max_gpu_bytes=max_gpu_bytes,
         )
         lexical = None
         if dense.manifest.lexical_index == "bm25":

@@ -46,7 +46,7 @@ class Reranker(Protocol):
 class RerankerConfig:
     kind: RerankerKind = "cross_encoder"
     model: str | None = DEFAULT_RERANKER
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: str = "auto"  # auto, cpu, cuda or cuda:N
     # bf16 ranked like fp32 (rank correlation 0.9998) and 2.6x faster on CPUs with native bf16.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_tokens: int = 256

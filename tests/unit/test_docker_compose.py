@@ -3,9 +3,11 @@
 No Docker engine runs on the development machines, so this checks what holds without one: the
 service's commands parse with this repository's own CLI parser; SGLang's and the router's use
 only flags that this repository's tested command builders pass (plus two read off the router's
-``--help``); every variable the service gets is a `Settings` field and validates as one; every
-reference between services, ports, volumes and collector components resolves. Where a compose
-binary is installed, `docker compose config` checks the file against the Compose schema too.
+``--help``); `answer-service sglang up` on a GPU machine launches the same worker line, GPU for
+GPU, and the same router (tracing aside); every variable the service gets is a `Settings` field
+and validates as one; every reference between services, ports, volumes and collector components
+resolves. Where a compose binary is installed, `docker compose config` checks the file against
+the Compose schema too.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from answer_service.cli.main import build_parser
+from answer_service.cli.sglang import launcher_for
 from answer_service.http.api import router as api_router
 from answer_service.runtime.settings import Settings
 from generation.server.env import SGLANG_ROUTER_PACKAGE
-from generation.server.launch import SGLangServer, SGLangServerConfig
+from generation.server.fleet import SGLangFleet
+from generation.server.host import Gpu, HostFacts
+from generation.server.launch import SGLangServer
 from generation.server.router import SGLangRouter, SGLangRouterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -280,8 +285,6 @@ def test_router_image_is_the_tested_router_version() -> None:
 def test_sglang_workers_run_the_official_image_each_on_its_own_gpu() -> None:
     workers = _sglang_workers()
     assert len(workers) >= 2
-    tested = SGLangServer(SGLangServerConfig()).command(Path("py"), Path("/m"), device="cuda")
-    known = {arg for arg in tested if arg.startswith("--")}
     gpus: list[str] = []
     for name in workers:
         service = SERVICES[name]
@@ -289,7 +292,6 @@ def test_sglang_workers_run_the_official_image_each_on_its_own_gpu() -> None:
         argv = _command(name)
         assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
         options = _options(argv[3:])
-        assert set(options) <= known, f"{name}: flags the tested builder never passes"
         assert "--enable-cache-report" in options  # the service reads cached_tokens
         assert options["--host"] == ["0.0.0.0"]
         port = int(options["--port"][0])
@@ -300,6 +302,84 @@ def test_sglang_workers_run_the_official_image_each_on_its_own_gpu() -> None:
         gpus += [_defaults(gpu) for gpu in device["device_ids"]]
         assert f"hf-cache:{service['environment']['HF_HOME']}" in service["volumes"]
     assert len(set(gpus)) == len(gpus), "two workers on one GPU"
+
+
+# A machine like compose's host: two GPUs, a model hub that answers.
+GPU_HOST = HostFacts(
+    gpus=(Gpu(0, "NVIDIA H200", 143_771), Gpu(1, "NVIDIA H200", 143_771)), hub_reachable=True
+)
+
+
+def _gpu_of(service: str) -> str:
+    (device,) = SERVICES[service]["deploy"]["resources"]["reservations"]["devices"]
+    (gpu,) = device["device_ids"]
+    return _defaults(gpu)
+
+
+def _sglang_up(settings: Settings, *flags: str) -> SGLangServer | SGLangFleet:
+    """What `answer-service sglang up FLAGS` would start on GPU_HOST (nothing is started)."""
+    return launcher_for(_parse_cli(["sglang", "up", *flags]), settings, GPU_HOST)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("ANSWER_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_sglang_up_on_a_gpu_launches_the_compose_worker_line() -> None:
+    compose = _command("sglang-0")
+    model = _options(compose)["--model-path"][0]
+    port = _options(compose)["--port"][0]
+    flags = ("--host", "0.0.0.0", "--port", port, "--model", model)
+    # As in compose, the service's own models are not on SGLang's GPU (its container has none).
+    alone = _sglang_up(Settings(device="cpu"), *flags)
+    assert isinstance(alone, SGLangServer)
+    plan = alone.launch_plan(Path("python3"), model, GPU_HOST, {"HF_HOME": "/hf-cache"})
+
+    assert plan.device == "cuda"
+    assert list(plan.argv) == compose, "the same line, flag for flag and in order"
+    assert plan.env == {"HF_HOME": "/hf-cache", "CUDA_VISIBLE_DEVICES": _gpu_of("sglang-0")}
+
+    # By default the service's embedder, reranker and index share GPU 0: the one difference is
+    # the share SGLang leaves them.
+    shared = _sglang_up(Settings(), *flags)
+    assert isinstance(shared, SGLangServer)
+    shared_argv = shared.launch_plan(Path("python3"), model, GPU_HOST, {}).argv
+    assert list(shared_argv) == [*compose, "--mem-fraction-static", "0.72"]
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_sglang_up_with_workers_launches_the_compose_fleet() -> None:
+    model = _options(_command("sglang-0"))["--model-path"][0]
+    workers = _sglang_workers()
+    router_port = _options(_command("sgl-router"))["--port"][0]
+    fleet = _sglang_up(
+        Settings(device="cpu"),
+        *("--host", "0.0.0.0", "--port", router_port, "--model", model),
+        *("--workers", str(len(workers))),
+    )
+    assert isinstance(fleet, SGLangFleet)
+
+    for worker, name in zip(fleet.workers, workers, strict=True):
+        plan = worker.launch_plan(Path("python3"), model, GPU_HOST, {})
+        ours, theirs = _options(list(plan.argv)), _options(_command(name))
+        # Compose's workers each have a container and its port to themselves; ours share a host.
+        assert ours.pop("--port") != theirs.pop("--port")
+        assert list(plan.argv[:3]) == _command(name)[:3]
+        assert ours == theirs, name
+        assert plan.env["CUDA_VISIBLE_DEVICES"] == _gpu_of(name)
+
+    compose = _command("sgl-router")
+    ours_router = fleet.router.command(Path(compose[0]))
+    assert ours_router[:3] == compose[:3]
+    ours, theirs = _options(ours_router[3:]), _options(compose[3:])
+    assert len(ours.pop("--worker-urls")) == len(theirs.pop("--worker-urls"))
+    for flag in ROUTER_EXTRA_FLAGS:  # tracing: compose has a collector to send it to
+        theirs.pop(flag)
+    assert ours == theirs
 
 
 def test_collector_pipelines_use_defined_components() -> None:

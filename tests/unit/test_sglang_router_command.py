@@ -8,13 +8,14 @@ import pytest
 
 from generation.errors import SGLangServerError
 from generation.server.fleet import (
+    GpuSlot,
     SGLangFleet,
     SGLangFleetConfig,
     consecutive_ports,
     threads_per_worker,
 )
 from generation.server.launch import SGLangServerConfig
-from generation.server.router import SGLangRouter, SGLangRouterConfig
+from generation.server.router import SGLangRouter, SGLangRouterConfig, gpu_router_config
 
 PYTHON = Path("/venv/bin/python")
 WORKERS = ("http://127.0.0.1:31001", "http://127.0.0.1:31002")
@@ -126,6 +127,43 @@ def test_fleet_puts_workers_after_the_router_and_splits_the_cores(tmp_path: Path
     assert [w.log_path.name for w in fleet.workers] == ["sglang-30201.log", "sglang-30202.log"]
     env = fleet.workers[0].environment({}, "cpu")
     assert env["OMP_NUM_THREADS"] == str(threads_per_worker(2))
+
+
+def test_gpu_router_has_upstream_gpu_tuning_and_upstream_defaults_unsaid() -> None:
+    config = gpu_router_config(worker_urls=WORKERS, port=31000)
+    options = _options(SGLangRouter(config).command(PYTHON))
+
+    assert config.venv == "cuda"
+    assert options["--balance-abs-threshold"] == ["64"]
+    assert options["--worker-startup-check-interval"] == ["5"]
+    assert options["--shutdown-grace-period-secs"] == ["30"]
+    assert options["--cb-timeout-duration-secs"] == ["30"]
+    assert not {"--eviction-interval-secs", "--max-tree-size"} & set(options)
+
+
+def test_fleet_gives_each_gpu_worker_its_gpu_and_share(tmp_path: Path) -> None:
+    fleet = SGLangFleet(
+        SGLangFleetConfig(
+            worker=SGLangServerConfig(cache_dir=tmp_path, device="cuda", model="org/model"),
+            router=gpu_router_config(port=30300, cache_dir=tmp_path),
+            worker_ports=consecutive_ports(30301, 2),
+            gpu_slots=(GpuSlot(2, 0.7), GpuSlot(3)),
+        )
+    )
+
+    assert [(w.config.gpu_id, w.config.mem_fraction_static) for w in fleet.workers] == [
+        (2, 0.7),
+        (3, None),
+    ]
+    assert [w.config.model for w in fleet.workers] == ["org/model", "org/model"]
+    assert fleet.workers[0].environment({}, "cuda")["CUDA_VISIBLE_DEVICES"] == "2"
+    with pytest.raises(SGLangServerError, match="2 workers but 1 GPU slots"):
+        SGLangFleetConfig(
+            worker=SGLangServerConfig(cache_dir=tmp_path),
+            router=SGLangRouterConfig(cache_dir=tmp_path),
+            worker_ports=(1, 2),
+            gpu_slots=(GpuSlot(0),),
+        )
 
 
 def test_threads_per_worker() -> None:
