@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from answer_service.runtime.auth import (
     ApiKey,
     ApiKeyFileError,
+    check_tier,
     digest,
     new_key,
     read_api_keys,
@@ -21,15 +24,25 @@ def _read(path: Path) -> list[ApiKey]:
     return read_api_keys(path) if path.exists() else []
 
 
+def _served_tiers() -> list[str]:
+    """The tiers the service serves, as it would read them (`ANSWER_TIER_WEIGHTS`)."""
+    from answer_service.runtime.settings import Settings
+
+    try:
+        return list(Settings().tier_weights)
+    except ValidationError as exc:
+        raise ApiKeyFileError(f"cannot read the service's settings: {exc}") from exc
+
+
 def _add(args: argparse.Namespace) -> int:
     keys = _read(args.file)
     if any(k.key_id == args.id for k in keys):
         print(f"error: {args.file} already has a key {args.id!r}", file=sys.stderr)
         return 2
     key = new_key()
-    keys.append(
-        ApiKey(args.id, digest(key), args.tier, args.rate_per_s, args.burst, args.max_streams)
-    )
+    entry = ApiKey(args.id, digest(key), args.tier, args.rate_per_s, args.burst, args.max_streams)
+    check_tier(entry, _served_tiers())
+    keys.append(entry)
     write_api_keys(args.file, keys)
     print(key)  # the only time it is shown: the file keeps its digest
     return 0

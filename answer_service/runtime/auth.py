@@ -15,7 +15,7 @@ import hmac
 import json
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -46,9 +46,20 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def read_api_keys(path: Path) -> list[ApiKey]:
+def check_tier(key: ApiKey, tiers: Collection[str]) -> None:
+    """A key must be of a tier the service serves (`ANSWER_TIER_WEIGHTS`): the generation
+    slots queue by tier and have no queue for another."""
+    if key.tier not in tiers:
+        raise ApiKeyFileError(
+            f"key {key.key_id!r}: tier {key.tier!r} is not one of {sorted(tiers)} "
+            "(ANSWER_TIER_WEIGHTS)"
+        )
+
+
+def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiKey]:
     """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?}, ...]}`;
-    a malformed file is refused with the reason."""
+    a malformed file, or (given the served `tiers`) a key of another tier, is refused with
+    the reason."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -73,6 +84,11 @@ def read_api_keys(path: Path) -> list[ApiKey]:
             raise ApiKeyFileError(f"{path}: key {key.key_id!r}: sha256 must be 64 hex digits")
         if key.rate_per_s <= 0 or key.burst < 1 or key.max_streams < 1:
             raise ApiKeyFileError(f"{path}: key {key.key_id!r}: limits must be positive")
+        if tiers is not None:
+            try:
+                check_tier(key, tiers)
+            except ApiKeyFileError as exc:
+                raise ApiKeyFileError(f"{path}: {exc}") from None
         keys.append(key)
     ids = [k.key_id for k in keys]
     if len(set(ids)) != len(ids):

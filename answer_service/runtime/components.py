@@ -96,7 +96,9 @@ class Components:
             )
             shared = SharedRequests(redis, maxlen=settings.shared_requests)
         request_log = RequestLog(settings.recent_requests, sink=shared)
-        keys = KeyRing(read_api_keys(settings.api_keys_file)) if settings.api_keys_file else None
+        keys = None
+        if settings.api_keys_file is not None:
+            keys = KeyRing(read_api_keys(settings.api_keys_file, tiers=settings.tier_weights))
         metrics = ServiceMetrics(listeners=(request_log,))
         return cls(
             settings,

@@ -199,12 +199,11 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("api_keys_file")
-    @classmethod
-    def _readable_keys(cls, value: Path | None) -> Path | None:
-        if value is not None:
-            read_api_keys(value)  # a bad file fails at start-up, with its reason
-        return value
+    @model_validator(mode="after")
+    def _readable_keys(self) -> Settings:
+        if self.api_keys_file is not None:  # a bad file fails at start-up, with its reason
+            read_api_keys(self.api_keys_file, tiers=self.tier_weights)
+        return self
 
     @field_validator("sglang_workers", "cors_origins", mode="before")
     @classmethod
