@@ -140,22 +140,29 @@ class Components:
             await self._warm_up_task
 
     async def _warm_up(self) -> None:
-        settings = self.settings
+        """Build the pipeline; a failure is kept for /readyz (with its type where it is not
+        one of ours: out of memory, a faiss or tokenizer error) and logged, never lost."""
         try:
-            if settings.index_dir is None:
-                raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
-            embedder = SentenceTransformerEmbedder(
-                EmbedderConfig(model=settings.embedder_model, device=settings.device)
-            )
-            self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
-            tokenizer = settings.tokenizer or await self._served_model()
-            self.served_model = self.served_model or tokenizer
-            template = HFChatTemplate(tokenizer)
-            await asyncio.to_thread(template.warm_up)
+            await self._build_pipeline()
         except (RetrievalError, GenerationError) as exc:
             self.warm_up_error = str(exc)
             logger.error("warm-up failed error=%s", exc)
-            return
+        except Exception as exc:
+            self.warm_up_error = f"{type(exc).__name__}: {exc}"
+            logger.exception("warm-up failed error=%s", self.warm_up_error)
+
+    async def _build_pipeline(self) -> None:
+        settings = self.settings
+        if settings.index_dir is None:
+            raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
+        embedder = SentenceTransformerEmbedder(
+            EmbedderConfig(model=settings.embedder_model, device=settings.device)
+        )
+        self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
+        tokenizer = settings.tokenizer or await self._served_model()
+        self.served_model = self.served_model or tokenizer
+        template = HFChatTemplate(tokenizer)
+        await asyncio.to_thread(template.warm_up)
         if settings.gc_freeze:  # before it is ready: the full collection stalls everything
             await asyncio.to_thread(freeze_heap, collect=True)
         config = _pipeline_config(settings, self.served_model)
@@ -241,7 +248,15 @@ class Components:
             device=settings.device,
             max_tokens=settings.reranker_max_tokens,
         )
-        reranker = await asyncio.to_thread(load_reranker, config)
+        try:
+            reranker = await asyncio.to_thread(load_reranker, config)
+        except Exception as exc:  # not a load failure it knows (those say None): say which
+            self.reranker_status = f"failed: {type(exc).__name__}: {exc}"
+            logger.exception(
+                "reranker failed, answering without the rerank stage model=%s",
+                settings.reranker_model,
+            )
+            return
         if reranker is None:
             self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
         elif self.retriever is not None:

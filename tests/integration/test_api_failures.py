@@ -3,13 +3,17 @@ failures: bad input, SGLang down or dying mid-stream, and a client that goes awa
 
 from __future__ import annotations
 
+import logging
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, parse_sse, post_answer, serve_in_thread
@@ -214,3 +218,73 @@ def test_missing_index_is_reported_by_readyz(
         response = post_answer(base, {"query": QUESTION})
         assert response.status_code == 503
         assert "no index at" in response.json()["error"]["message"]
+
+
+def _reasons_once_settled(base: str, settled: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """/readyz's body once `settled` holds, or after 60 s."""
+    deadline = time.monotonic() + 60
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        body = httpx.get(f"{base}/readyz").json()
+        if settled(body):
+            break
+        time.sleep(0.2)
+    return body
+
+
+def _copy_tokenizer(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+@pytest.mark.usefixtures("state")  # the shared fake answers normally
+def test_an_unexpected_warm_up_failure_is_reported_not_left_warming_up(
+    service: ServiceFactory,
+    fake: tuple[str, FakeSGLangState],
+    chatml_tokenizer_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tokenizer file cut short makes transformers raise a KeyError, neither a retrieval nor
+    a generation error: /readyz says so with its type, and the log has the traceback."""
+    broken = _copy_tokenizer(chatml_tokenizer_dir, tmp_path / "tokenizer")
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nope"}}')
+    with (
+        caplog.at_level(logging.ERROR, logger="answer_service"),
+        service(sglang_url=fake[0], tokenizer=str(broken), ready=False) as base,
+    ):
+        body = _reasons_once_settled(
+            base, lambda b: not any("warming up" in r for r in b["reasons"])
+        )
+        response = post_answer(base, {"query": QUESTION})
+    assert body["reasons"] == ["warm-up failed: KeyError: 'added_tokens'"]
+    assert response.status_code == 503
+    assert "KeyError: 'added_tokens'" in response.json()["error"]["message"]
+    failed = [r for r in caplog.records if "warm-up failed" in r.getMessage()]
+    assert failed
+    assert failed[0].exc_info is not None
+
+
+@pytest.mark.usefixtures("state")  # the shared fake answers normally
+def test_an_unexpected_reranker_failure_is_reported(
+    service: ServiceFactory,
+    fake: tuple[str, FakeSGLangState],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Weights cut short (a partial download) make safetensors raise its own error: the
+    service answers without the reranker and /readyz says why, instead of `loading` forever."""
+    model = _copy_tokenizer(Path(resolve_model_path(DEFAULT_EMBEDDER)), tmp_path / "reranker")
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4096])
+    with (
+        caplog.at_level(logging.ERROR, logger="answer_service"),
+        service(sglang_url=fake[0], reranker_model=str(model)) as base,
+    ):
+        body = _reasons_once_settled(base, lambda b: not b["reranker"].startswith("loading"))
+        answer = post_answer(base, {"query": QUESTION, "stream": False})
+    assert body["reranker"].startswith("failed: SafetensorError: "), body["reranker"]
+    assert answer.status_code == 200
+    failed = [r for r in caplog.records if "reranker failed" in r.getMessage()]
+    assert failed
+    assert failed[0].exc_info is not None
