@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from jinja2 import TemplateError
+
 from generation.errors import GenerationError
 from generation.prefix_order import PrefixTree, PromptLayout, order_ids
 
@@ -70,11 +72,16 @@ class ChatTemplate(Protocol):
 
 
 class HFChatTemplate:
-    """The chat template and tokenizer of a transformers model folder or hub id."""
+    """The chat template and tokenizer of a transformers model folder or hub id.
+
+    A template without a system role (Gemma's, early Mistral's: they raise on one) gets the
+    system message as the head of the first user turn, found by rendering once at warm-up.
+    """
 
     def __init__(self, tokenizer: str) -> None:
         self._source = tokenizer
         self._tokenizer: Any = None
+        self._fold_system = False
         # Rust tokenizers are not safe to reconfigure from two threads at once.
         self._lock = threading.Lock()
 
@@ -89,8 +96,30 @@ class HFChatTemplate:
             raise GenerationError(f"cannot load tokenizer {self._source!r}: {exc}") from exc
         if not getattr(tokenizer, "chat_template", None):
             raise GenerationError(f"tokenizer {self._source!r} has no chat template")
+        self._fold_system = self._needs_folding(tokenizer)
         self._tokenizer = tokenizer
-        logger.info("chat template loaded tokenizer=%s", self._source)
+        logger.info(
+            "chat template loaded tokenizer=%s system_in_user_turn=%s",
+            self._source,
+            self._fold_system,
+        )
+
+    def _needs_folding(self, tokenizer: Any) -> bool:
+        """Render a system and a user message once: True when the template refuses the system
+        one but renders the user one alone; a template that renders neither is refused."""
+        probe = [ChatMessage("system", "s"), ChatMessage("user", "u")]
+        try:
+            _apply(tokenizer, probe)
+            return False
+        except TemplateError:
+            pass
+        try:
+            _apply(tokenizer, _folded(probe))
+        except TemplateError as exc:
+            raise GenerationError(
+                f"the chat template of {self._source!r} cannot render a prompt: {exc}"
+            ) from exc
+        return True
 
     def _loaded(self) -> Any:
         if self._tokenizer is None:
@@ -99,20 +128,41 @@ class HFChatTemplate:
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         tokenizer = self._loaded()
+        if self._fold_system:
+            messages = _folded(messages)
         with self._lock:
-            rendered = tokenizer.apply_chat_template(
-                [{"role": m.role, "content": m.content} for m in messages],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-        if not isinstance(rendered, str):
-            raise GenerationError("chat template did not render text")
-        return rendered
+            return _apply(tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:
         tokenizer = self._loaded()
         with self._lock:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _apply(tokenizer: Any, messages: Sequence[ChatMessage]) -> str:
+    rendered = tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in messages],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    if not isinstance(rendered, str):
+        raise GenerationError("chat template did not render text")
+    return rendered
+
+
+def _folded(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The system messages as the head of the user message after them."""
+    folded: list[ChatMessage] = []
+    system: list[str] = []
+    for message in messages:
+        if message.role == "system":
+            system.append(message.content)
+        elif message.role == "user" and system:
+            folded.append(ChatMessage("user", "\n\n".join([*system, message.content])))
+            system = []
+        else:
+            folded.append(message)
+    return folded
 
 
 _TAG = re.compile(r"<(/?\s*passage)", re.IGNORECASE)

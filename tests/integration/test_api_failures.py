@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from generation.prompt_layout import SYSTEM_PROMPT
 from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
@@ -288,3 +289,19 @@ def test_an_unexpected_reranker_failure_is_reported(
     failed = [r for r in caplog.records if "reranker failed" in r.getMessage()]
     assert failed
     assert failed[0].exc_info is not None
+
+
+def test_a_model_whose_template_takes_no_system_message_is_answered(
+    service: ServiceFactory, no_system_tokenizer_dir: Path
+) -> None:
+    """Gemma's template raises on a system message: the system prompt goes into the user
+    turn, found at warm-up, instead of every request failing behind a green /readyz."""
+    state = FakeSGLangState(model_path=str(no_system_tokenizer_dir))
+    with (
+        serve_in_thread(create_fake_sglang(state)) as sglang,
+        service(sglang_url=sglang, abstain_below=0) as base,
+    ):
+        response = post_answer(base, {"query": QUESTION, "stream": False})
+    assert response.status_code == 200, response.text
+    assert response.json()["answer"] == "The answer is here."
+    assert state.requests[-1]["text"].startswith(f"<start_of_turn>user\n{SYSTEM_PROMPT}\n\n")
