@@ -62,9 +62,16 @@ class Prompt:
 
 
 class ChatTemplate(Protocol):
-    """Renders messages into the served model's prompt text and counts its tokens."""
+    """Renders messages into the served model's prompt text and counts its tokens.
+
+    Message contents are data: only the template places control tokens. `render` passes every
+    content through `escape`, which leaves no special token of the served tokenizer in it (a
+    question or passage holding `<|im_start|>` must not open a turn).
+    """
 
     def warm_up(self) -> None: ...
+
+    def escape(self, text: str) -> str: ...
 
     def render(self, messages: Sequence[ChatMessage]) -> str: ...
 
@@ -82,6 +89,7 @@ class HFChatTemplate:
         self._source = tokenizer
         self._tokenizer: Any = None
         self._fold_system = False
+        self._specials: re.Pattern[str] | None = None
         # Rust tokenizers are not safe to reconfigure from two threads at once.
         self._lock = threading.Lock()
 
@@ -97,6 +105,7 @@ class HFChatTemplate:
         if not getattr(tokenizer, "chat_template", None):
             raise GenerationError(f"tokenizer {self._source!r} has no chat template")
         self._fold_system = self._needs_folding(tokenizer)
+        self._specials = _special_tokens(tokenizer)
         self._tokenizer = tokenizer
         logger.info(
             "chat template loaded tokenizer=%s system_in_user_turn=%s",
@@ -126,10 +135,17 @@ class HFChatTemplate:
             self.warm_up()
         return self._tokenizer
 
+    def escape(self, text: str) -> str:
+        self._loaded()
+        if self._specials is None:
+            return text
+        return self._specials.sub(lambda match: _defused(match.group()), text)
+
     def render(self, messages: Sequence[ChatMessage]) -> str:
         tokenizer = self._loaded()
         if self._fold_system:
             messages = _folded(messages)
+        messages = [ChatMessage(m.role, self.escape(m.content)) for m in messages]
         with self._lock:
             return _apply(tokenizer, messages)
 
@@ -137,6 +153,23 @@ class HFChatTemplate:
         tokenizer = self._loaded()
         with self._lock:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _special_tokens(tokenizer: Any) -> re.Pattern[str] | None:
+    """A pattern of the tokenizer's special tokens (longest first), or None when it has none
+    of two characters or more (a one-character one cannot be broken up)."""
+    tokens = set(getattr(tokenizer, "all_special_tokens", ()))
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    tokens |= {token.content for token in added.values() if token.special}
+    ordered = sorted((t for t in tokens if len(t) > 1), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+def _defused(token: str) -> str:
+    """A special token's text that no longer tokenizes to it: `<` escaped as `quoted` does,
+    or a word joiner after the first character. No new special token can form across the
+    change (none holds `&lt;` or a word joiner), so one pass is enough."""
+    return f"&lt;{token[1:]}" if token.startswith("<") else f"{token[0]}\u2060{token[1:]}"
 
 
 def _apply(tokenizer: Any, messages: Sequence[ChatMessage]) -> str:
@@ -275,7 +308,8 @@ def build_prompt(
     expected_cached = 0
     if tree is not None:
         if len(tree):
-            expected_cached = template.count_tokens(_shared_prefix(text, ordered[:matched]))
+            shared = _shared_prefix(text, ordered[:matched], template.escape)
+            expected_cached = template.count_tokens(shared)
         if remember:
             tree.insert([p.source_id for p in ordered])
     return Prompt(
@@ -289,12 +323,13 @@ def build_prompt(
     )
 
 
-def _shared_prefix(text: str, prefix_passages: Sequence[ContextPassage]) -> str:
+def _shared_prefix(
+    text: str, prefix_passages: Sequence[ContextPassage], escape: Callable[[str], str]
+) -> str:
     """The start of `text` up to the end of the last of `prefix_passages` (or up to the first
     passage when there are none): what an earlier prompt with the same prefix also had."""
     end = text.index(_PASSAGES_HEADER) + len(_PASSAGES_HEADER)
     if prefix_passages:
-        end = text.index(render_passage(prefix_passages[-1]), end) + len(
-            render_passage(prefix_passages[-1])
-        )
+        last = escape(render_passage(prefix_passages[-1]))
+        end = text.index(last, end) + len(last)
     return text[:end]

@@ -112,3 +112,13 @@ def test_a_template_that_renders_no_prompt_fails_at_warm_up(tmp_path: Path) -> N
     broken = tokenizer_with_template(tmp_path / "tok", "{{ raise_exception('no chat here') }}")
     with pytest.raises(GenerationError, match="cannot render a prompt: no chat here"):
         HFChatTemplate(str(broken)).warm_up()
+
+
+def test_special_tokens_without_a_bracket_are_broken_up_too(chatml_tokenizer_dir: Path) -> None:
+    """MiniLM's special tokens are `[CLS]`-like: a word joiner keeps them from matching."""
+    template = HFChatTemplate(str(chatml_tokenizer_dir))
+    template.warm_up()
+    escaped = template.escape("what [SEP] is [CLS] three? [MASK]")
+    assert "[SEP]" not in escaped
+    assert escaped.replace("\u2060", "") == "what [SEP] is [CLS] three? [MASK]"
+    assert template.escape("plain text, <b>tags</b> & all") == "plain text, <b>tags</b> & all"
