@@ -53,6 +53,8 @@ class Slot:
 
 
 class GenerationGate:
+    """Not thread-safe: call it on the event loop only (its state changes there)."""
+
     def __init__(
         self,
         workers: Sequence[str],

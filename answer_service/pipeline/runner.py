@@ -389,12 +389,12 @@ class AnswerPipeline:
                 if not tracker.planner:
                     return
 
+        # Read on the loop: the gate's state changes there, and `choose` runs in a thread.
+        prefill_ahead = self.planning.gate.prefilling_tokens(worker, slot)
+
         def choose() -> tuple[PromptOption, float]:
             return self.planning.planner.passages_that_fit(
-                prepared.deadline.remaining_ms(),
-                options(),
-                self.planning.gate.prefilling_tokens(worker, slot),
-                worker,
+                prepared.deadline.remaining_ms(), options(), prefill_ahead, worker
             )
 
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,9 +16,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from answer_service.http.api import create_app
+from answer_service.pipeline.admission import Slot
+from answer_service.runtime.settings import Settings
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import parse_sse, post_answer, serve_in_thread
+from tests.support import parse_sse, post_answer, serve_in_thread, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -254,3 +258,40 @@ def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
     worker = (("worker", fake[0]),)
     assert samples[("answer_prompt_tokens_total", worker)] == sum(d["prompt_tokens"] for d in done)
     assert samples[("answer_cached_tokens_total", worker)] == sum(d["cached_tokens"] for d in done)
+
+
+def test_the_gate_is_read_on_the_event_loop_only(
+    fake: tuple[str, FakeSGLangState], squad_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The generation gate's dicts change on the event loop (a slot taken, released, owed):
+    reading them from the prompt-fitting thread races those changes ('dictionary changed size
+    during iteration' under load, with several slots per worker). Every read of what a worker
+    is prefilling happens on the loop."""
+    settings = Settings(
+        index_dir=squad_index,
+        sglang_url=fake[0],
+        reranker_model=None,
+        answer_cache_ttl_s=0,
+        abstain_below=0,
+        generation_slots_per_worker=2,
+    )
+    app = create_app(settings)
+    where: list[str] = []
+    with serve_in_thread(app) as url:
+        wait_ready(url)
+        gate = app.state.components.pipeline.planning.gate
+        read = gate.prefilling_tokens
+
+        def recording(worker: str, slot: Slot) -> float:
+            try:
+                asyncio.get_running_loop()
+                where.append("loop")
+            except RuntimeError:
+                where.append(threading.current_thread().name)
+            return read(worker, slot)
+
+        monkeypatch.setattr(gate, "prefilling_tokens", recording)
+        response = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000, "stream": False})
+    assert response.status_code == 200, response.text
+    assert where
+    assert set(where) == {"loop"}, where
