@@ -29,7 +29,7 @@ from answer_service.errors import (
     StageTimeoutError,
     UpstreamUnavailableError,
 )
-from answer_service.pipeline.admission import Slot
+from answer_service.pipeline.admission import Slot, SlotQueueFullError
 from answer_service.pipeline.attribution import (
     ABSTAIN_BELOW,
     ABSTENTION,
@@ -306,6 +306,10 @@ class AnswerPipeline:
         except TimeoutError as exc:
             raise StageTimeoutError(
                 "no generation slot came free before the request's deadline"
+            ) from exc
+        except SlotQueueFullError as exc:
+            raise OverloadedError(
+                f"{exc}; retry later", retry_after_s=self.planning.retry_after_s()
             ) from exc
         tracker.queue_wait_ms, tracker.worker = slot.waited_ms, worker
         try:

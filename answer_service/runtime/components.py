@@ -355,6 +355,7 @@ def _pipeline_config(settings: Settings, served_model: str | None) -> PipelineCo
             admit_quantile=settings.planner_admit_quantile,
             burst_window_s=settings.planner_burst_window_s,
             slots_per_worker=settings.generation_slots_per_worker,
+            queue_max=settings.generation_queue_max,
             tier_weights=tuple(settings.tier_weights.items()),
             default_tier=settings.default_tier,
             tier_max_wait_ms=settings.tier_max_wait_ms,

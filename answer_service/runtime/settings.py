@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX
 from answer_service.pipeline.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
 from answer_service.pipeline.planning import read_quality_curves
 from answer_service.runtime.auth import read_api_keys
@@ -97,6 +98,9 @@ class Settings(BaseSettings):
     planner_burst_window_s: float = Field(default=5.0, gt=0.0, le=30.0)
     # Prompts each SGLang worker prefills at once; others wait by tenant tier.
     generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
+    # Requests that may wait for a worker's slots; more get 503 + Retry-After at once (the
+    # planner's admission refuses earlier; with it off, this is the only bound).
+    generation_queue_max: int = Field(default=DEFAULT_QUEUE_MAX, ge=0)
     # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a
     # request that has waited `tier_max_wait_ms` goes next whatever its tier.
     tier_weights: dict[str, float] = Field(

@@ -295,3 +295,37 @@ def test_the_gate_is_read_on_the_event_loop_only(
     assert response.status_code == 200, response.text
     assert where
     assert set(where) == {"loop"}, where
+
+
+def test_with_the_planner_off_the_slot_queue_is_capped(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    """Nothing else bounds it with the planner off: one request holds the slot (SGLang sends
+    no token), two wait for it, the rest are refused at once with 503 and Retry-After."""
+    url_sglang, state = fake
+    state.mode = "stall"
+    with service(
+        sglang_url=url_sglang, planner=False, abstain_below=0, generation_queue_max=2
+    ) as url:
+
+        async def run() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                body = {"query": QUESTION, "ttft_budget_ms": 1000, "stream": False}
+                return await asyncio.gather(
+                    *(http.post(f"{url}/v1/answer", json=body) for _ in range(5))
+                )
+
+        started = time.perf_counter()
+        responses = asyncio.run(run())
+        elapsed_s = time.perf_counter() - started
+    refused = [r for r in responses if r.status_code == 503]
+    assert len(refused) == 2, [r.text for r in responses]
+    for response in refused:
+        error = response.json()["error"]
+        assert error["code"] == "overloaded"
+        assert "requests are already waiting for a generation slot" in error["message"]
+        assert int(response.headers["Retry-After"]) >= 1
+    # The one holding the slot and the two queued behind it give up at the deadline (x4).
+    assert sorted(r.status_code for r in responses if r not in refused) == [504, 504, 504]
+    assert len(state.requests) == 1
+    assert elapsed_s < 10
