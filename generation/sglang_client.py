@@ -236,19 +236,30 @@ class SGLangClient:
     ) -> GenerationStream:
         """Send the request and wait for the response headers; tokens come from the stream.
 
-        Raises `SGLangUnavailableError` when the server cannot be reached, and
+        The headers are waited for until `timeouts.first_token` at most (the request's hard
+        deadline): then the server is told to abort the request and `GenerationTimeoutError`
+        is raised. Raises `SGLangUnavailableError` when the server cannot be reached, and
         `SGLangRequestError` (or `PromptTooLongError`) when it refuses the request.
         """
         rid = rid or uuid.uuid4().hex
         body = {"text": prompt, "sampling_params": params.to_json(), "stream": True, "rid": rid}
-        connect_s = min(timeouts.connect_s, max(timeouts.first_token.remaining_s(), 0.05))
+        wait_s = max(timeouts.first_token.remaining_s(), 0.05)
+        connect_s = min(timeouts.connect_s, wait_s)
+        # No read timeout: the first token's wait is bounded below, and each later gap by
+        # the stream itself (`next_token_s`).
         timeout = httpx.Timeout(connect=connect_s, read=None, write=connect_s, pool=connect_s)
         request = self._http.build_request(
             "POST", f"{self.base_url}/generate", json=body, timeout=timeout
         )
         sent_at_s = time.perf_counter()
         try:
-            response = await self._http.send(request, stream=True)
+            async with asyncio.timeout(wait_s):
+                response = await self._http.send(request, stream=True)
+        except TimeoutError as exc:
+            self.abort_in_background(rid)
+            raise GenerationTimeoutError(
+                f"no response from SGLang within {wait_s * 1000:.0f} ms"
+            ) from exc
         except httpx.TransportError as exc:
             raise SGLangUnavailableError(
                 f"cannot reach SGLang at {self.base_url}: {exc!r}"

@@ -11,6 +11,7 @@ from answer_service.errors import (
     InvalidRequestError,
     RoutedWorkerLostError,
     ServiceError,
+    StageTimeoutError,
     UpstreamError,
     UpstreamUnavailableError,
 )
@@ -198,6 +199,8 @@ async def open_stream(
         raise InvalidRequestError(f"the prompt does not fit the model: {exc}") from exc
     except SGLangRequestError as exc:
         raise UpstreamError(str(exc)) from exc
+    except GenerationTimeoutError as exc:  # not even the response's headers in time
+        raise StageTimeoutError(str(exc)) from exc
 
 
 def end_refused(span: Span, exc: BaseException) -> None:

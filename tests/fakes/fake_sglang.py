@@ -16,8 +16,17 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+# stall: the response begins, no token comes; silent: not even the response's headers come.
 Mode = Literal[
-    "ok", "error_chunk", "drop", "stall", "reject", "slow", "router_lost", "router_lost_once"
+    "ok",
+    "error_chunk",
+    "drop",
+    "stall",
+    "silent",
+    "reject",
+    "slow",
+    "router_lost",
+    "router_lost_once",
 ]
 # What sglang-router 0.3.2 answers when the worker it chose is gone (test_sglang_router.py).
 ROUTER_LOST_WORKER = {
@@ -37,6 +46,8 @@ class FakeSGLangState:
     cached_tokens: int = 0
     healthy: bool = True
     aborted: list[str] = field(default_factory=list)
+    # Requests (rids) whose client closed the connection while the fake was silent.
+    disconnected: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -93,6 +104,11 @@ def create_fake_sglang(state: FakeSGLangState) -> FastAPI:
             if state.mode == "router_lost_once":
                 state.mode = "ok"
             return JSONResponse({"error": ROUTER_LOST_WORKER}, status_code=500)
+        if state.mode == "silent":  # until the client goes away
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            state.disconnected.append(body["rid"])
+            return JSONResponse({}, status_code=499)
         if state.mode == "reject":
             message = "The input (9000 tokens) is longer than the model's context length (8192)."
             return JSONResponse({"error": {"message": message}}, status_code=400)

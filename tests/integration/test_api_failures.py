@@ -148,6 +148,29 @@ def test_no_first_token_in_time_is_an_error_not_a_hang(url: str, state: FakeSGLa
     assert rid in state.aborted
 
 
+def test_an_sglang_that_never_answers_is_given_up_at_the_deadline(
+    url: str, state: FakeSGLangState
+) -> None:
+    """SGLang (or a router) takes /generate and sends nothing, not even headers: the request
+    is given up at its hard deadline (the budget x4), SGLang is told to abort it, and the
+    generation slot comes free for the next one."""
+    state.mode = "silent"
+    started = time.perf_counter()
+    response = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 200}, timeout_s=20)
+    elapsed_s = time.perf_counter() - started
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["code"] == "stage_timeout"
+    assert "no response from SGLang" in response.json()["error"]["message"]
+    assert elapsed_s < 2.0
+    rid = state.requests[-1]["rid"]
+    deadline = time.monotonic() + 1.0
+    while rid not in state.aborted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rid in state.aborted
+    state.mode = "ok"
+    assert post_answer(url, {"query": QUESTION, "stream": False}).status_code == 200
+
+
 def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLangState) -> None:
     state.mode = "slow"
     with httpx.stream("POST", f"{url}/v1/answer", json={"query": QUESTION}, timeout=10) as response:

@@ -120,6 +120,18 @@ async def test_no_first_token_within_the_deadline(
     assert "slow" in fake[1].aborted
 
 
+async def test_no_response_headers_within_the_deadline(
+    client: SGLangClient, fake: tuple[str, FakeSGLangState]
+) -> None:
+    fake[1].mode = "silent"
+    started = time.perf_counter()
+    with pytest.raises(GenerationTimeoutError, match="no response from SGLang within"):
+        await client.open_stream("q", SamplingParams(), _timeouts(budget_ms=300), rid="mute")
+    assert time.perf_counter() - started < 1.0
+    await client.drain()
+    assert "mute" in fake[1].aborted
+
+
 async def test_next_token_timeout(client: SGLangClient, fake: tuple[str, FakeSGLangState]) -> None:
     fake[1].mode = "slow"
     stream = await client.open_stream("q", SamplingParams(), _timeouts(next_token_s=0.2))
