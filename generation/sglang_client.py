@@ -1,8 +1,11 @@
 """An async client for SGLang's native `/generate` API, streamed.
 
 One shared `httpx.AsyncClient` (owned by the caller) carries every request. Each request has
-its own `rid`; a stream that is closed before the server finished (the caller went away, a
-timeout, an error) asks the server to `/abort_request` that rid, so no work is left running.
+its own `rid`; a request given up before the server finished it (the caller went away, a
+timeout, an error; while streaming or still waiting for the response's headers) is aborted:
+`/abort_request` for that rid, and its connection closed, so no work is left running. Behind
+sglang-router, which has no `/abort_request` of its own (404), the abort goes to each of the
+router's workers (generation/server/router.py).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    # Decode all `max_new_tokens` whatever the model says (load and abort tests).
+    ignore_eos: bool = False
 
     def to_json(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -49,6 +54,8 @@ class SamplingParams:
         }
         if self.stop:
             params["stop"] = list(self.stop)
+        if self.ignore_eos:
+            params["ignore_eos"] = True
         return params
 
 
@@ -225,6 +232,8 @@ class SGLangClient:
         self._http = http
         self.base_url = base_url.rstrip("/")
         self._background: set[asyncio.Task[None]] = set()
+        # Learnt from the first abort: the URL is sglang-router's (no /abort_request there).
+        self._routed = False
 
     async def open_stream(
         self,
@@ -264,6 +273,9 @@ class SGLangClient:
             raise SGLangUnavailableError(
                 f"cannot reach SGLang at {self.base_url}: {exc!r}"
             ) from exc
+        except BaseException:  # cancelled (the caller went away) with the request sent
+            self.abort_in_background(rid)
+            raise
         if response.status_code != 200:
             content = await response.aread()
             await response.aclose()
@@ -273,13 +285,32 @@ class SGLangClient:
         return GenerationStream(rid, self, response, timeouts, sent_at_s)
 
     async def abort(self, rid: str) -> None:
+        """Ask the server to stop `rid`; behind sglang-router, every worker of the router
+        (one without the rid answers 200 and ignores it). Failures are logged, not raised."""
         try:
-            response = await self._http.post(
-                f"{self.base_url}/abort_request", json={"rid": rid}, timeout=_ABORT_TIMEOUT_S
-            )
-            logger.info("sglang abort rid=%s status=%d", rid, response.status_code)
-        except httpx.HTTPError as exc:
-            logger.warning("sglang abort failed rid=%s error=%r", rid, exc)
+            if not self._routed:
+                if await self._abort_at(self.base_url, rid) != 404:
+                    return
+                self._routed = True
+                logger.info("no /abort_request at url=%s: aborting on its workers", self.base_url)
+            workers = await self._router_workers()
+            await asyncio.gather(*(self._abort_at(url, rid) for url in workers))
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("sglang abort failed rid=%s url=%s error=%r", rid, self.base_url, exc)
+
+    async def _abort_at(self, url: str, rid: str) -> int:
+        response = await self._http.post(
+            f"{url}/abort_request", json={"rid": rid}, timeout=_ABORT_TIMEOUT_S
+        )
+        logger.info("sglang abort rid=%s url=%s status=%d", rid, url, response.status_code)
+        return response.status_code
+
+    async def _router_workers(self) -> list[str]:
+        """The workers sglang-router routes to (`GET /workers`), asked at each abort: the
+        router adds and drops workers as they come and go."""
+        response = await self._http.get(f"{self.base_url}/workers", timeout=_ABORT_TIMEOUT_S)
+        response.raise_for_status()
+        return [str(worker["url"]).rstrip("/") for worker in response.json()["workers"]]
 
     def abort_in_background(self, rid: str) -> None:
         """Abort from a task of its own, so it runs even while the caller is being cancelled."""

@@ -184,6 +184,22 @@ def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLang
     assert rid in state.aborted, "the service aborted its SGLang request within a second"
 
 
+def test_a_client_gone_before_sglang_answered_aborts_its_request(
+    url: str, state: FakeSGLangState
+) -> None:
+    """The client leaves while the service still waits for SGLang's response headers (an
+    SGLang that is slow to answer, or stuck): the SGLang request is aborted too, not only its
+    connection dropped."""
+    state.mode = "silent"
+    with pytest.raises(httpx.ReadTimeout):
+        post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000}, timeout_s=1.0)
+    left_at = time.perf_counter()
+    rid = state.requests[-1]["rid"]
+    while rid not in state.aborted and time.perf_counter() - left_at < 1.5:
+        time.sleep(0.01)
+    assert rid in state.aborted, "the service aborted its SGLang request"
+
+
 def test_non_streaming_client_disconnect_aborts_too(url: str, state: FakeSGLangState) -> None:
     state.mode = "slow"
     with pytest.raises(httpx.ReadTimeout):
