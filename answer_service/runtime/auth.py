@@ -32,6 +32,8 @@ class ApiKey:
     burst: int = 10
     # Answers this key may have open at once (streams or not), per replica.
     max_streams: int = 4
+    # Sees every tenant's traces (`GET /v1/traces`), not only its own.
+    admin: bool = False
 
 
 class ApiKeyFileError(ValueError):
@@ -57,7 +59,8 @@ def check_tier(key: ApiKey, tiers: Collection[str]) -> None:
 
 
 def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiKey]:
-    """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?}, ...]}`;
+    """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?,
+    "admin"?}, ...]}`;
     a malformed file, or (given the served `tiers`) a key of another tier, is refused with
     the reason."""
     try:
@@ -77,11 +80,14 @@ def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiK
                 rate_per_s=float(entry.get("rate_per_s", 5.0)),
                 burst=int(entry.get("burst", 10)),
                 max_streams=int(entry.get("max_streams", 4)),
+                admin=entry.get("admin", False),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ApiKeyFileError(f"{path}: key {n}: {exc!r}") from exc
         if len(key.sha256) != 64 or any(c not in "0123456789abcdef" for c in key.sha256):
             raise ApiKeyFileError(f"{path}: key {key.key_id!r}: sha256 must be 64 hex digits")
+        if not isinstance(key.admin, bool):
+            raise ApiKeyFileError(f"{path}: key {key.key_id!r}: admin must be true or false")
         if key.rate_per_s <= 0 or key.burst < 1 or key.max_streams < 1:
             raise ApiKeyFileError(f"{path}: key {key.key_id!r}: limits must be positive")
         if tiers is not None:
