@@ -6,6 +6,9 @@ timeout, an error; while streaming or still waiting for the response's headers) 
 `/abort_request` for that rid, and its connection closed, so no work is left running. Behind
 sglang-router, which has no `/abort_request` of its own (404), the abort goes to each of the
 router's workers (generation/server/router.py).
+
+Error messages name no address: neither this server's URL nor any URL in what the server
+said (they reach clients through the service); the log has both.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine
@@ -119,11 +123,20 @@ def _router_lost_its_worker(status_code: int, body: bytes) -> bool:
     return status_code >= 500 and code == _ROUTER_UPSTREAM_ERROR
 
 
-def _error_from_body(status_code: int, body: bytes) -> SGLangRequestError:
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"()<>]+", re.IGNORECASE)
+
+
+def _without_urls(text: str) -> str:
+    return _URL.sub("<url>", text)
+
+
+def _error_from_body(status_code: int, body: bytes, url: str) -> SGLangRequestError:
+    logger.warning("sglang refused url=%s status=%d body=%r", url, status_code, body[:1000])
     try:
         message = str(json.loads(body)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = body.decode("utf-8", "replace")[:500]
+    message = _without_urls(message)
     if "context length" in message or "too long" in message:
         return PromptTooLongError(message, status_code)
     return SGLangRequestError(f"SGLang answered {status_code}: {message}", status_code)
@@ -164,7 +177,15 @@ class GenerationStream:
                         f"no {which} token from SGLang within {timeout_s * 1000:.0f} ms"
                     ) from exc
                 except httpx.HTTPError as exc:
-                    raise SGLangUnavailableError(f"SGLang stream broke: {exc}") from exc
+                    logger.warning(
+                        "sglang stream broke rid=%s url=%s error=%r",
+                        self.rid,
+                        self._client.base_url,
+                        exc,
+                    )
+                    raise SGLangUnavailableError(
+                        f"SGLang stream broke: {_without_urls(str(exc))}"
+                    ) from exc
                 if not line.startswith("data:"):
                     continue
                 payload = line[5:].strip()
@@ -183,7 +204,8 @@ class GenerationStream:
         except ValidationError as exc:
             raise SGLangRequestError(f"unreadable chunk from SGLang: {exc}") from exc
         if chunk.error is not None:
-            raise _error_from_body(500, json.dumps({"error": chunk.error}).encode())
+            body = json.dumps({"error": chunk.error}).encode()
+            raise _error_from_body(500, body, self._client.base_url)
         self._meta = chunk.meta_info
         # SGLang streams the cumulative text; the delta is what extends the previous one.
         if not chunk.text.startswith(self._text):
@@ -270,8 +292,9 @@ class SGLangClient:
                 f"no response from SGLang within {wait_s * 1000:.0f} ms"
             ) from exc
         except httpx.TransportError as exc:
+            logger.warning("sglang unreachable url=%s error=%r", self.base_url, exc)
             raise SGLangUnavailableError(
-                f"cannot reach SGLang at {self.base_url}: {exc!r}"
+                f"cannot reach SGLang: {type(exc).__name__}: {_without_urls(str(exc))}"
             ) from exc
         except BaseException:  # cancelled (the caller went away) with the request sent
             self.abort_in_background(rid)
@@ -280,8 +303,9 @@ class SGLangClient:
             content = await response.aread()
             await response.aclose()
             if _router_lost_its_worker(response.status_code, content):
-                raise WorkerLostError(f"the router at {self.base_url} lost a worker: {content!r}")
-            raise _error_from_body(response.status_code, content)
+                logger.warning("sglang router lost a worker url=%s body=%r", self.base_url, content)
+                raise WorkerLostError("the router lost the worker it chose")
+            raise _error_from_body(response.status_code, content, self.base_url)
         return GenerationStream(rid, self, response, timeouts, sent_at_s)
 
     async def abort(self, rid: str) -> None:

@@ -43,6 +43,11 @@ class FakeSGLangState:
     mode: Mode = "ok"
     token_delay_s: float = 0.01
     prompt_tokens: int = 42
+    # What `reject` answers (400) and `error_chunk` sends mid-stream.
+    reject_message: str = (
+        "The input (9000 tokens) is longer than the model's context length (8192)."
+    )
+    error_message: str = "scheduler crashed"
     cached_tokens: int = 0
     healthy: bool = True
     aborted: list[str] = field(default_factory=list)
@@ -75,7 +80,7 @@ async def _stream(state: FakeSGLangState, rid: str) -> AsyncIterator[bytes]:
         if state.mode == "drop" and n == 3:
             raise RuntimeError("fake server dies mid-stream")
         if state.mode == "error_chunk" and n == 3:
-            error = {"message": "scheduler crashed", "type": "InternalError", "code": 500}
+            error = {"message": state.error_message, "type": "InternalError", "code": 500}
             yield f"data: {json.dumps({'error': error})}\n\n".encode()
             return
         if state.mode == "slow" and n >= 2:
@@ -110,8 +115,7 @@ def create_fake_sglang(state: FakeSGLangState) -> FastAPI:
             state.disconnected.append(body["rid"])
             return JSONResponse({}, status_code=499)
         if state.mode == "reject":
-            message = "The input (9000 tokens) is longer than the model's context length (8192)."
-            return JSONResponse({"error": {"message": message}}, status_code=400)
+            return JSONResponse({"error": {"message": state.reject_message}}, status_code=400)
         return StreamingResponse(_stream(state, body["rid"]), media_type="text/event-stream")
 
     @app.post("/abort_request")

@@ -212,7 +212,7 @@ def test_non_streaming_client_disconnect_aborts_too(url: str, state: FakeSGLangS
 
 
 def test_sglang_down_means_not_ready_and_503(
-    service: ServiceFactory, chatml_tokenizer_dir: Path
+    service: ServiceFactory, chatml_tokenizer_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with service(sglang_url=dead, tokenizer=str(chatml_tokenizer_dir), ready=False) as base:
@@ -227,10 +227,15 @@ def test_sglang_down_means_not_ready_and_503(
         assert readyz.json()["reasons"] == [f"SGLang at {dead} is not healthy"]
         assert httpx.get(f"{base}/healthz").status_code == 200
         for stream in (True, False):
-            response = post_answer(base, {"query": QUESTION, "stream": stream})
+            with caplog.at_level(logging.WARNING, logger="generation"):
+                response = post_answer(base, {"query": QUESTION, "stream": stream})
             assert response.status_code == 503
             assert response.headers["retry-after"] == "5"
-            assert f"cannot reach SGLang at {dead}" in response.json()["error"]["message"]
+            message = response.json()["error"]["message"]
+            assert message.startswith("cannot reach SGLang: ConnectError")
+            # The URL is for the operator's log, not for the client.
+            assert "127.0.0.1" not in message
+    assert any(dead in record.getMessage() for record in caplog.records)
 
 
 def test_without_sglang_or_tokenizer_the_service_says_it_is_warming_up(
