@@ -118,6 +118,14 @@ class KeyRing:
     def __init__(self, keys: Iterable[ApiKey]) -> None:
         self._keys = [(bytes.fromhex(k.sha256), k) for k in keys]
 
+    def replace(self, keys: Iterable[ApiKey]) -> None:
+        """Hold `keys` from now on (the file changed); a lookup under way finishes on the
+        old list."""
+        self._keys = [(bytes.fromhex(k.sha256), k) for k in keys]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
     def find(self, presented: str) -> ApiKey | None:
         wanted = hashlib.sha256(presented.encode()).digest()
         found: ApiKey | None = None

@@ -22,6 +22,7 @@ from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCac
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.runtime.index_watch import IndexWatcher
+from answer_service.runtime.key_watch import KeyFileWatcher
 from answer_service.runtime.loop_lag import LoopLag
 from answer_service.runtime.metrics import ServiceMetrics
 from answer_service.runtime.rate_limit import RateLimiter
@@ -76,6 +77,7 @@ class Components:
     _watch_task: asyncio.Task[None] | None = field(default=None)
     _fleet_task: asyncio.Task[None] | None = field(default=None)
     _lag_task: asyncio.Task[None] | None = field(default=None)
+    _keys_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, settings: Settings) -> Components:
@@ -134,6 +136,15 @@ class Components:
         self._lag_task = loop.create_task(self.loop_lag.run())
         if self.fleet is not None:
             self._fleet_task = loop.create_task(self.fleet.run())
+        settings = self.settings
+        if self.keys is not None and settings.api_keys_file and settings.api_keys_reload_s > 0:
+            watcher = KeyFileWatcher(
+                self.keys,
+                settings.api_keys_file,
+                settings.tier_weights,
+                every_s=settings.api_keys_reload_s,
+            )
+            self._keys_task = loop.create_task(watcher.run())
 
     async def wait_ready(self) -> None:
         if self._warm_up_task is not None:
@@ -298,6 +309,7 @@ class Components:
             self._watch_task,
             self._fleet_task,
             self._lag_task,
+            self._keys_task,
         )
         for task in tasks:
             if task is not None and not task.done():

@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     # API keys (answer_service/runtime/auth.py): a JSON file of key digests with their tier and limits;
     # None: no keys asked for. `answer-service keys add` writes it.
     api_keys_file: Path | None = None
+    # How often the key file is checked for a change (revoked or added keys take effect
+    # without a restart; a broken file keeps the old keys); 0: read once at start-up.
+    api_keys_reload_s: float = Field(default=1.0, ge=0.0)
     # Request bodies over this get 413; browsers from these origins may call the API (CORS).
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)

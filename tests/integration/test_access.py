@@ -4,7 +4,9 @@ Redis shared by two replicas (and a dead one)."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,3 +240,43 @@ def test_traces_are_scoped_to_the_callers_key(
     assert owners(seen[team_a]) == ["team-a", "team-a"]
     assert owners(seen[team_b]) == ["team-b", "team-b"]
     assert sorted(owners(seen[ops])) == ["team-a", "team-a", "team-b", "team-b"]
+
+
+def test_a_revoked_key_is_refused_without_a_restart(
+    service: ServiceFactory,
+    sglang: tuple[str, FakeSGLangState],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The key file is read again when it changes: a revoked key stops working within
+    seconds, a new one starts; a broken file keeps the keys there were, and says so."""
+    stays, goes, comes = "ask_stays-key", "ask_goes-key", "ask_comes-key"
+    path = tmp_path / "keys.json"
+    kept = ApiKey("stays", digest(stays), "standard")
+    write_api_keys(path, [kept, ApiKey("goes", digest(goes), "standard")])
+
+    def status(base: str, key: str) -> int:
+        headers = {"Authorization": f"Bearer {key}"}
+        return httpx.get(f"{base}/v1/traces", headers=headers, timeout=10).status_code
+
+    def within_5_s(base: str, key: str, wanted: int) -> None:
+        deadline = time.monotonic() + 5
+        while status(base, key) != wanted:
+            assert time.monotonic() < deadline, f"{key} still not {wanted}"
+            time.sleep(0.1)
+
+    with (
+        caplog.at_level(logging.ERROR, logger="answer_service"),
+        service(sglang_url=sglang[0], api_keys_file=path) as base,
+    ):
+        assert _ask(base, goes).status_code == 200
+        write_api_keys(path, [kept])  # what `answer-service keys revoke --id goes` writes
+        within_5_s(base, goes, 401)
+        assert _ask(base, goes).status_code == 401
+        assert _ask(base, stays).status_code == 200
+        path.write_text('{"keys": [{"id": "half-written"')
+        time.sleep(2.5)
+        assert (status(base, stays), status(base, goes)) == (200, 401)
+        write_api_keys(path, [kept, ApiKey("comes", digest(comes), "standard")])
+        within_5_s(base, comes, 200)
+    assert any("API key file not reloaded" in r.getMessage() for r in caplog.records)
