@@ -18,6 +18,8 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    # Decode all `max_new_tokens` whatever the model says (load and abort tests).
+    ignore_eos: bool = False
 
     def to_json(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -27,6 +29,8 @@ class SamplingParams:
         }
         if self.stop:
             params["stop"] = list(self.stop)
+        if self.ignore_eos:
+            params["ignore_eos"] = True
         return params
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from jinja2 import TemplateError
+
 from generation.errors import GenerationError
 from generation.prefix_order import PrefixTree, PromptLayout, order_ids
 
@@ -60,9 +62,16 @@ class Prompt:
 
 
 class ChatTemplate(Protocol):
-    """Renders messages into the served model's prompt text and counts its tokens."""
+    """Renders messages into the served model's prompt text and counts its tokens.
+
+    Message contents are data: only the template places control tokens. `render` passes every
+    content through `escape`, which leaves no special token of the served tokenizer in it (a
+    question or passage holding `<|im_start|>` must not open a turn).
+    """
 
     def warm_up(self) -> None: ...
+
+    def escape(self, text: str) -> str: ...
 
     def render(self, messages: Sequence[ChatMessage]) -> str: ...
 
@@ -70,11 +79,17 @@ class ChatTemplate(Protocol):
 
 
 class HFChatTemplate:
-    """The chat template and tokenizer of a transformers model folder or hub id."""
+    """The chat template and tokenizer of a transformers model folder or hub id.
+
+    A template without a system role (Gemma's, early Mistral's: they raise on one) gets the
+    system message as the head of the first user turn, found by rendering once at warm-up.
+    """
 
     def __init__(self, tokenizer: str) -> None:
         self._source = tokenizer
         self._tokenizer: Any = None
+        self._fold_system = False
+        self._specials: re.Pattern[str] | None = None
         # Rust tokenizers are not safe to reconfigure from two threads at once.
         self._lock = threading.Lock()
 
@@ -89,30 +104,98 @@ class HFChatTemplate:
             raise GenerationError(f"cannot load tokenizer {self._source!r}: {exc}") from exc
         if not getattr(tokenizer, "chat_template", None):
             raise GenerationError(f"tokenizer {self._source!r} has no chat template")
+        self._fold_system = self._needs_folding(tokenizer)
+        self._specials = _special_tokens(tokenizer)
         self._tokenizer = tokenizer
-        logger.info("chat template loaded tokenizer=%s", self._source)
+        logger.info(
+            "chat template loaded tokenizer=%s system_in_user_turn=%s",
+            self._source,
+            self._fold_system,
+        )
+
+    def _needs_folding(self, tokenizer: Any) -> bool:
+        """Render a system and a user message once: True when the template refuses the system
+        one but renders the user one alone; a template that renders neither is refused."""
+        probe = [ChatMessage("system", "s"), ChatMessage("user", "u")]
+        try:
+            _apply(tokenizer, probe)
+            return False
+        except TemplateError:
+            pass
+        try:
+            _apply(tokenizer, _folded(probe))
+        except TemplateError as exc:
+            raise GenerationError(
+                f"the chat template of {self._source!r} cannot render a prompt: {exc}"
+            ) from exc
+        return True
 
     def _loaded(self) -> Any:
         if self._tokenizer is None:
             self.warm_up()
         return self._tokenizer
 
+    def escape(self, text: str) -> str:
+        self._loaded()
+        if self._specials is None:
+            return text
+        return self._specials.sub(lambda match: _defused(match.group()), text)
+
     def render(self, messages: Sequence[ChatMessage]) -> str:
         tokenizer = self._loaded()
+        if self._fold_system:
+            messages = _folded(messages)
+        messages = [ChatMessage(m.role, self.escape(m.content)) for m in messages]
         with self._lock:
-            rendered = tokenizer.apply_chat_template(
-                [{"role": m.role, "content": m.content} for m in messages],
-                tokenize=False,
-                add_generation_prompt=True,
-            )
-        if not isinstance(rendered, str):
-            raise GenerationError("chat template did not render text")
-        return rendered
+            return _apply(tokenizer, messages)
 
     def count_tokens(self, text: str) -> int:
         tokenizer = self._loaded()
         with self._lock:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _special_tokens(tokenizer: Any) -> re.Pattern[str] | None:
+    """A pattern of the tokenizer's special tokens (longest first), or None when it has none
+    of two characters or more (a one-character one cannot be broken up)."""
+    tokens = set(getattr(tokenizer, "all_special_tokens", ()))
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    tokens |= {token.content for token in added.values() if token.special}
+    ordered = sorted((t for t in tokens if len(t) > 1), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+def _defused(token: str) -> str:
+    """A special token's text that no longer tokenizes to it: `<` escaped as `quoted` does,
+    or a word joiner after the first character. No new special token can form across the
+    change (none holds `&lt;` or a word joiner), so one pass is enough."""
+    return f"&lt;{token[1:]}" if token.startswith("<") else f"{token[0]}\u2060{token[1:]}"
+
+
+def _apply(tokenizer: Any, messages: Sequence[ChatMessage]) -> str:
+    rendered = tokenizer.apply_chat_template(
+        [{"role": m.role, "content": m.content} for m in messages],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    if not isinstance(rendered, str):
+        raise GenerationError("chat template did not render text")
+    return rendered
+
+
+def _folded(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The system messages as the head of the user message after them."""
+    folded: list[ChatMessage] = []
+    system: list[str] = []
+    for message in messages:
+        if message.role == "system":
+            system.append(message.content)
+        elif message.role == "user" and system:
+            folded.append(ChatMessage("user", "\n\n".join([*system, message.content])))
+            system = []
+        else:
+            folded.append(message)
+    return folded
 
 
 _TAG = re.compile(r"<(/?\s*passage)", re.IGNORECASE)
@@ -225,7 +308,8 @@ def build_prompt(
     expected_cached = 0
     if tree is not None:
         if len(tree):
-            expected_cached = template.count_tokens(_shared_prefix(text, ordered[:matched]))
+            shared = _shared_prefix(text, ordered[:matched], template.escape)
+            expected_cached = template.count_tokens(shared)
         if remember:
             tree.insert([p.source_id for p in ordered])
     return Prompt(
@@ -239,12 +323,13 @@ def build_prompt(
     )
 
 
-def _shared_prefix(text: str, prefix_passages: Sequence[ContextPassage]) -> str:
+def _shared_prefix(
+    text: str, prefix_passages: Sequence[ContextPassage], escape: Callable[[str], str]
+) -> str:
     """The start of `text` up to the end of the last of `prefix_passages` (or up to the first
     passage when there are none): what an earlier prompt with the same prefix also had."""
     end = text.index(_PASSAGES_HEADER) + len(_PASSAGES_HEADER)
     if prefix_passages:
-        end = text.index(render_passage(prefix_passages[-1]), end) + len(
-            render_passage(prefix_passages[-1])
-        )
+        last = escape(render_passage(prefix_passages[-1]))
+        end = text.index(last, end) + len(last)
     return text[:end]

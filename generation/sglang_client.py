@@ -1,8 +1,14 @@
 """An async client for SGLang's native `/generate` API, streamed.
 
 One shared `httpx.AsyncClient` (owned by the caller) carries every request. Each request has
-its own `rid`; a stream that is closed before the server finished (the caller went away, a
-timeout, an error) asks the server to `/abort_request` that rid, so no work is left running.
+its own `rid`; a request given up before the server finished it (the caller went away, a
+timeout, an error; while streaming or still waiting for the response's headers) is aborted:
+`/abort_request` for that rid, and its connection closed, so no work is left running. Behind
+sglang-router, which has no `/abort_request` of its own (404), the abort goes to each of the
+router's workers (generation/server/router.py).
+
+Error messages name no address: neither this server's URL nor any URL in what the server
+said (they reach clients through the service); the log has both.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine
@@ -72,11 +79,20 @@ def _router_lost_its_worker(status_code: int, body: bytes) -> bool:
     return status_code >= 500 and code == _ROUTER_UPSTREAM_ERROR
 
 
-def _error_from_body(status_code: int, body: bytes) -> SGLangRequestError:
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"()<>]+", re.IGNORECASE)
+
+
+def _without_urls(text: str) -> str:
+    return _URL.sub("<url>", text)
+
+
+def _error_from_body(status_code: int, body: bytes, url: str) -> SGLangRequestError:
+    logger.warning("sglang refused url=%s status=%d body=%r", url, status_code, body[:1000])
     try:
         message = str(json.loads(body)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = body.decode("utf-8", "replace")[:500]
+    message = _without_urls(message)
     if "context length" in message or "too long" in message:
         return PromptTooLongError(message, status_code)
     return SGLangRequestError(f"SGLang answered {status_code}: {message}", status_code)
@@ -117,7 +133,15 @@ class GenerationStream:
                         f"no {which} token from SGLang within {timeout_s * 1000:.0f} ms"
                     ) from exc
                 except httpx.HTTPError as exc:
-                    raise SGLangUnavailableError(f"SGLang stream broke: {exc}") from exc
+                    logger.warning(
+                        "sglang stream broke rid=%s url=%s error=%r",
+                        self.rid,
+                        self._client.base_url,
+                        exc,
+                    )
+                    raise SGLangUnavailableError(
+                        f"SGLang stream broke: {_without_urls(str(exc))}"
+                    ) from exc
                 if not line.startswith("data:"):
                     continue
                 payload = line[5:].strip()
@@ -136,7 +160,8 @@ class GenerationStream:
         except ValidationError as exc:
             raise SGLangRequestError(f"unreadable chunk from SGLang: {exc}") from exc
         if chunk.error is not None:
-            raise _error_from_body(500, json.dumps({"error": chunk.error}).encode())
+            body = json.dumps({"error": chunk.error}).encode()
+            raise _error_from_body(500, body, self._client.base_url)
         self._meta = chunk.meta_info
         # SGLang streams the cumulative text; the delta is what extends the previous one.
         if not chunk.text.startswith(self._text):
@@ -185,6 +210,8 @@ class SGLangClient:
         self._http = http
         self.base_url = base_url.rstrip("/")
         self._background: set[asyncio.Task[None]] = set()
+        # Learnt from the first abort: the URL is sglang-router's (no /abort_request there).
+        self._routed = False
 
     async def open_stream(
         self,
@@ -196,39 +223,74 @@ class SGLangClient:
     ) -> GenerationStream:
         """Send the request and wait for the response headers; tokens come from the stream.
 
-        Raises `SGLangUnavailableError` when the server cannot be reached, and
+        The headers are waited for until `timeouts.first_token` at most (the request's hard
+        deadline): then the server is told to abort the request and `GenerationTimeoutError`
+        is raised. Raises `SGLangUnavailableError` when the server cannot be reached, and
         `SGLangRequestError` (or `PromptTooLongError`) when it refuses the request.
         """
         rid = rid or uuid.uuid4().hex
         body = {"text": prompt, "sampling_params": params.to_json(), "stream": True, "rid": rid}
-        connect_s = min(timeouts.connect_s, max(timeouts.first_token.remaining_s(), 0.05))
+        wait_s = max(timeouts.first_token.remaining_s(), 0.05)
+        connect_s = min(timeouts.connect_s, wait_s)
+        # No read timeout: the first token's wait is bounded below, and each later gap by
+        # the stream itself (`next_token_s`).
         timeout = httpx.Timeout(connect=connect_s, read=None, write=connect_s, pool=connect_s)
         request = self._http.build_request(
             "POST", f"{self.base_url}/generate", json=body, timeout=timeout
         )
         sent_at_s = time.perf_counter()
         try:
-            response = await self._http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise SGLangUnavailableError(
-                f"cannot reach SGLang at {self.base_url}: {exc!r}"
+            async with asyncio.timeout(wait_s):
+                response = await self._http.send(request, stream=True)
+        except TimeoutError as exc:
+            self.abort_in_background(rid)
+            raise GenerationTimeoutError(
+                f"no response from SGLang within {wait_s * 1000:.0f} ms"
             ) from exc
+        except httpx.TransportError as exc:
+            logger.warning("sglang unreachable url=%s error=%r", self.base_url, exc)
+            raise SGLangUnavailableError(
+                f"cannot reach SGLang: {type(exc).__name__}: {_without_urls(str(exc))}"
+            ) from exc
+        except BaseException:  # cancelled (the caller went away) with the request sent
+            self.abort_in_background(rid)
+            raise
         if response.status_code != 200:
             content = await response.aread()
             await response.aclose()
             if _router_lost_its_worker(response.status_code, content):
-                raise WorkerLostError(f"the router at {self.base_url} lost a worker: {content!r}")
-            raise _error_from_body(response.status_code, content)
+                logger.warning("sglang router lost a worker url=%s body=%r", self.base_url, content)
+                raise WorkerLostError("the router lost the worker it chose")
+            raise _error_from_body(response.status_code, content, self.base_url)
         return GenerationStream(rid, self, response, timeouts, sent_at_s)
 
     async def abort(self, rid: str) -> None:
+        """Ask the server to stop `rid`; behind sglang-router, every worker of the router
+        (one without the rid answers 200 and ignores it). Failures are logged, not raised."""
         try:
-            response = await self._http.post(
-                f"{self.base_url}/abort_request", json={"rid": rid}, timeout=_ABORT_TIMEOUT_S
-            )
-            logger.info("sglang abort rid=%s status=%d", rid, response.status_code)
-        except httpx.HTTPError as exc:
-            logger.warning("sglang abort failed rid=%s error=%r", rid, exc)
+            if not self._routed:
+                if await self._abort_at(self.base_url, rid) != 404:
+                    return
+                self._routed = True
+                logger.info("no /abort_request at url=%s: aborting on its workers", self.base_url)
+            workers = await self._router_workers()
+            await asyncio.gather(*(self._abort_at(url, rid) for url in workers))
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("sglang abort failed rid=%s url=%s error=%r", rid, self.base_url, exc)
+
+    async def _abort_at(self, url: str, rid: str) -> int:
+        response = await self._http.post(
+            f"{url}/abort_request", json={"rid": rid}, timeout=_ABORT_TIMEOUT_S
+        )
+        logger.info("sglang abort rid=%s url=%s status=%d", rid, url, response.status_code)
+        return response.status_code
+
+    async def _router_workers(self) -> list[str]:
+        """The workers sglang-router routes to (`GET /workers`), asked at each abort: the
+        router adds and drops workers as they come and go."""
+        response = await self._http.get(f"{self.base_url}/workers", timeout=_ABORT_TIMEOUT_S)
+        response.raise_for_status()
+        return [str(worker["url"]).rstrip("/") for worker in response.json()["workers"]]
 
     def abort_in_background(self, rid: str) -> None:
         """Abort from a task of its own, so it runs even while the caller is being cancelled."""

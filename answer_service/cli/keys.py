@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from answer_service.runtime.auth import (
     ApiKey,
     ApiKeyFileError,
+    check_tier,
     digest,
     new_key,
     read_api_keys,
@@ -21,15 +24,33 @@ def _read(path: Path) -> list[ApiKey]:
     return read_api_keys(path) if path.exists() else []
 
 
+def _served_tiers() -> list[str]:
+    """The tiers the service serves, as it would read them (`ANSWER_TIER_WEIGHTS`)."""
+    from answer_service.runtime.settings import Settings
+
+    try:
+        return list(Settings().tier_weights)
+    except ValidationError as exc:
+        raise ApiKeyFileError(f"cannot read the service's settings: {exc}") from exc
+
+
 def _add(args: argparse.Namespace) -> int:
     keys = _read(args.file)
     if any(k.key_id == args.id for k in keys):
         print(f"error: {args.file} already has a key {args.id!r}", file=sys.stderr)
         return 2
     key = new_key()
-    keys.append(
-        ApiKey(args.id, digest(key), args.tier, args.rate_per_s, args.burst, args.max_streams)
+    entry = ApiKey(
+        args.id,
+        digest(key),
+        args.tier,
+        args.rate_per_s,
+        args.burst,
+        args.max_streams,
+        admin=args.admin,
     )
+    check_tier(entry, _served_tiers())
+    keys.append(entry)
     write_api_keys(args.file, keys)
     print(key)  # the only time it is shown: the file keeps its digest
     return 0
@@ -39,7 +60,7 @@ def _list(args: argparse.Namespace) -> int:
     for key in _read(args.file):
         print(
             f"{key.key_id}\ttier={key.tier}\trate={key.rate_per_s:g}/s\tburst={key.burst}"
-            f"\tmax_streams={key.max_streams}"
+            f"\tmax_streams={key.max_streams}" + ("\tadmin" if key.admin else "")
         )
     return 0
 
@@ -77,6 +98,9 @@ def add_keys_commands(commands: Any) -> None:
     add.add_argument("--rate-per-s", type=float, default=5.0)
     add.add_argument("--burst", type=int, default=10)
     add.add_argument("--max-streams", type=int, default=4, help="open answers at once")
+    add.add_argument(
+        "--admin", action="store_true", help="sees every key's traces (GET /v1/traces)"
+    )
     add.set_defaults(run=_guarded(_add))
     listing = keys.add_parser("list", help="the keys' ids, tiers and limits (no secrets)")
     listing.add_argument("--file", type=Path, required=True)

@@ -47,7 +47,7 @@ ComponentsDep = Annotated[Components, Depends(get_components)]
 def request_tier(http_request: Request, settings: Settings, asked: str | None) -> str:
     """The request's tenant tier: its API key's (asking for another is refused), else the
     one asked for in X-Tenant-Tier (or the body), else the default."""
-    key: ApiKey | None = getattr(http_request.state, "api_key", None)
+    key = request_key(http_request)
     asked = asked.strip() if asked is not None else None
     if key is not None:
         if asked is not None and asked != key.tier:
@@ -73,7 +73,15 @@ def checked_query(raw: str, settings: Settings) -> str:
     return query
 
 
-def answer_request(body: AnswerBody, settings: Settings, tier: str) -> AnswerRequest:
+def request_key(http_request: Request) -> ApiKey | None:
+    """The API key the request came with (set by the access middleware), if keys are on."""
+    key: ApiKey | None = getattr(http_request.state, "api_key", None)
+    return key
+
+
+def answer_request(
+    body: AnswerBody, settings: Settings, tier: str, key: ApiKey | None = None
+) -> AnswerRequest:
     query = checked_query(body.query, settings)
     budget_ms = body.ttft_budget_ms or settings.default_ttft_budget_ms
     if budget_ms > settings.max_ttft_budget_ms:
@@ -89,6 +97,7 @@ def answer_request(body: AnswerBody, settings: Settings, tier: str) -> AnswerReq
         top_k=top_k,
         tier=tier,
         allow_sources_only=body.allow_sources_only,
+        key_id=key.key_id if key is not None else None,
     )
 
 

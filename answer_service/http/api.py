@@ -33,6 +33,7 @@ from answer_service.http.answering import (
     answer_request,
     checked_query,
     collect_while_connected,
+    request_key,
     request_tier,
     start_answer,
 )
@@ -143,7 +144,7 @@ async def answer(
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Any:
     tier = request_tier(http_request, components.settings, x_tenant_tier)
-    request = answer_request(body, components.settings, tier)
+    request = answer_request(body, components.settings, tier, request_key(http_request))
     started = await start_answer(http_request, components, request)
     if started is None:
         return Response(status_code=499)
@@ -233,10 +234,20 @@ async def metrics(components: ComponentsDep) -> Response:
 
 @router.get("/v1/traces")
 async def recent_traces(
-    components: ComponentsDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    components: ComponentsDep,
+    http_request: Request,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[dict[str, Any]]:
-    """Recent finished requests with their stage spans (the dashboard reads this)."""
-    return [asdict(trace) for trace in components.recent.recent(limit)]
+    """Recent finished requests with their stage spans (the dashboard reads this). With API
+    keys, a key sees its own requests' traces; an admin key (`keys add --admin`) sees all."""
+    key = request_key(http_request)
+    if key is None or key.admin:
+        found = components.recent.recent(limit)
+    else:
+        found = components.recent.recent(
+            limit, where=lambda t: t.root.attributes.get("answer.key_id") == key.key_id
+        )
+    return [asdict(trace) for trace in found]
 
 
 def _error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:

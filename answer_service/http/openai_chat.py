@@ -29,6 +29,7 @@ from answer_service.http.answering import (
     ComponentsDep,
     answer_request,
     collect_while_connected,
+    request_key,
     request_tier,
     start_answer,
 )
@@ -206,7 +207,7 @@ async def chat_completions(
         problems = "; ".join(str(e["msg"]) for e in exc.errors())
         raise InvalidRequestError(f"the last user message cannot be the query: {problems}") from exc
     tier = request_tier(http_request, components.settings, body.tier or x_tenant_tier)
-    request = answer_request(answer, components.settings, tier)
+    request = answer_request(answer, components.settings, tier, request_key(http_request))
     started = await start_answer(http_request, components, request)
     if started is None:
         return Response(status_code=499)

@@ -17,6 +17,18 @@ from dataclasses import dataclass, field
 
 from budget.tiers import TierQueue
 
+# Requests that may wait for a worker's slots; more are refused (the planner's admission
+# usually refuses long before, but nothing else bounds the queue with it off).
+DEFAULT_QUEUE_MAX = 32
+
+
+class SlotQueueFullError(Exception):
+    """`queue_max` requests already wait for this worker's slots."""
+
+    def __init__(self, waiting: int) -> None:
+        super().__init__(f"{waiting} requests are already waiting for a generation slot")
+        self.waiting = waiting
+
 
 @dataclass(slots=True)
 class _Worker:
@@ -53,16 +65,22 @@ class Slot:
 
 
 class GenerationGate:
+    """Not thread-safe: call it on the event loop only (its state changes there)."""
+
     def __init__(
         self,
         workers: Sequence[str],
         slots_per_worker: int,
         tier_weights: Mapping[str, float],
         max_wait_ms: float,
+        queue_max: int = DEFAULT_QUEUE_MAX,
     ) -> None:
         if slots_per_worker < 1:
             raise ValueError("slots_per_worker must be >= 1")
+        if queue_max < 0:
+            raise ValueError("queue_max must be >= 0")
         self.tiers = dict(tier_weights)
+        self.queue_max = queue_max
         self._workers = {
             url: _Worker(slots_per_worker, TierQueue(self.tiers, max_wait_ms=max_wait_ms))
             for url in workers
@@ -95,7 +113,8 @@ class GenerationGate:
 
     async def acquire(self, worker: str, tier: str, tokens: float) -> Slot:
         """A slot of `worker`, waiting by tier if all are held. Cancel the caller to give up
-        (a client gone, a deadline passed): the request leaves the queue."""
+        (a client gone, a deadline passed): the request leaves the queue. Raises
+        `SlotQueueFullError` when `queue_max` requests wait already."""
         state = self._workers[worker]
         ticket = next(self._tickets)
         loop = asyncio.get_running_loop()
@@ -103,6 +122,8 @@ class GenerationGate:
         if len(state.held) < state.capacity and not len(state.queue):
             state.held[ticket] = tokens
             return Slot(self, worker, ticket, 0.0)
+        if len(state.queue) >= self.queue_max:
+            raise SlotQueueFullError(len(state.queue))
         future: asyncio.Future[None] = loop.create_future()
         state.queue.push(ticket, tier, cost=tokens)
         state.waiters[ticket] = (future, tokens)

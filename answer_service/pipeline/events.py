@@ -21,6 +21,8 @@ class AnswerRequest:
     tier: str = "standard"
     # When no plan can make the budget: answer with the sources alone instead of refusing.
     allow_sources_only: bool = False
+    # The API key that asked (its id, on the root span): whose trace it is.
+    key_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 from answer_service.errors import (
     InvalidRequestError,
+    OverloadedError,
     RoutedWorkerLostError,
     StageTimeoutError,
     UpstreamError,
     UpstreamUnavailableError,
 )
+from answer_service.pipeline.admission import SlotQueueFullError
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.prepared import Generation, PreparedAnswer
 from answer_service.pipeline.stage_runner import StageRunner
@@ -25,6 +27,7 @@ from budget.planner import PromptOption
 from generation.client import GenerationClient, SamplingParams, StreamTimeouts
 from generation.errors import (
     GenerationError,
+    GenerationTimeoutError,
     PromptTooLongError,
     SGLangRequestError,
     SGLangUnavailableError,
@@ -82,6 +85,10 @@ class GenerationSteps:
         except TimeoutError as exc:
             raise StageTimeoutError(
                 "no generation slot came free before the request's deadline"
+            ) from exc
+        except SlotQueueFullError as exc:
+            raise OverloadedError(
+                f"{exc}; retry later", retry_after_s=self._planning.retry_after_s()
             ) from exc
         answer.plan = answer.plan.queued(worker, slot.waited_ms)
         try:
@@ -169,4 +176,6 @@ def _service_error(exc: GenerationError) -> Exception:
         return InvalidRequestError(f"the prompt does not fit the model: {exc}")
     if isinstance(exc, SGLangRequestError):
         return UpstreamError(str(exc))
+    if isinstance(exc, GenerationTimeoutError):  # not even the response's headers in time
+        return StageTimeoutError(str(exc))
     return UpstreamError(str(exc))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from answer_service.pipeline.admission import GenerationGate
+from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX, GenerationGate
 from answer_service.pipeline.request_plan import RequestPlan
 from budget import CacheEstimator
 from budget.arrivals import ArrivalRate
@@ -68,6 +68,8 @@ class PlanningConfig:
     tier_weights: tuple[tuple[str, float], ...] = (("premium", 3.0), ("standard", 1.0))
     default_tier: str = "standard"
     tier_max_wait_ms: float = 2000.0
+    # Requests that may wait for a worker's generation slots; more get 503.
+    queue_max: int = DEFAULT_QUEUE_MAX
     quality: QualityCurve = DEFAULT_QUALITY
     # SGLang workers the whole fleet shares, for the fleet's arrival rate per worker (None:
     # this replica's workers).
@@ -101,7 +103,11 @@ class RequestPlanning:
         self.arrivals = ArrivalRate(burst_window_s=config.burst_window_s)
         self.workers = max(len(workers), 1)
         self.gate = GenerationGate(
-            workers, config.slots_per_worker, dict(config.tier_weights), config.tier_max_wait_ms
+            workers,
+            config.slots_per_worker,
+            dict(config.tier_weights),
+            config.tier_max_wait_ms,
+            config.queue_max,
         )
 
     def start(

@@ -151,6 +151,7 @@ class AnswerPipeline:
                 "answer.ttft_budget_ms": request.ttft_budget_ms,
                 "answer.top_k": request.top_k,
                 "answer.tier": request.tier,
+                **({"answer.key_id": request.key_id} if request.key_id else {}),
                 "answer.query_chars": len(request.query),
                 **({"answer.query": request.query} if self._config.record_content else {}),
             },

@@ -15,7 +15,7 @@ import hmac
 import json
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,6 +32,8 @@ class ApiKey:
     burst: int = 10
     # Answers this key may have open at once (streams or not), per replica.
     max_streams: int = 4
+    # Sees every tenant's traces (`GET /v1/traces`), not only its own.
+    admin: bool = False
 
 
 class ApiKeyFileError(ValueError):
@@ -46,9 +48,21 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def read_api_keys(path: Path) -> list[ApiKey]:
-    """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?}, ...]}`;
-    a malformed file is refused with the reason."""
+def check_tier(key: ApiKey, tiers: Collection[str]) -> None:
+    """A key must be of a tier the service serves (`ANSWER_TIER_WEIGHTS`): the generation
+    slots queue by tier and have no queue for another."""
+    if key.tier not in tiers:
+        raise ApiKeyFileError(
+            f"key {key.key_id!r}: tier {key.tier!r} is not one of {sorted(tiers)} "
+            "(ANSWER_TIER_WEIGHTS)"
+        )
+
+
+def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiKey]:
+    """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?,
+    "admin"?}, ...]}`;
+    a malformed file, or (given the served `tiers`) a key of another tier, is refused with
+    the reason."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -66,13 +80,21 @@ def read_api_keys(path: Path) -> list[ApiKey]:
                 rate_per_s=float(entry.get("rate_per_s", 5.0)),
                 burst=int(entry.get("burst", 10)),
                 max_streams=int(entry.get("max_streams", 4)),
+                admin=entry.get("admin", False),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ApiKeyFileError(f"{path}: key {n}: {exc!r}") from exc
         if len(key.sha256) != 64 or any(c not in "0123456789abcdef" for c in key.sha256):
             raise ApiKeyFileError(f"{path}: key {key.key_id!r}: sha256 must be 64 hex digits")
+        if not isinstance(key.admin, bool):
+            raise ApiKeyFileError(f"{path}: key {key.key_id!r}: admin must be true or false")
         if key.rate_per_s <= 0 or key.burst < 1 or key.max_streams < 1:
             raise ApiKeyFileError(f"{path}: key {key.key_id!r}: limits must be positive")
+        if tiers is not None:
+            try:
+                check_tier(key, tiers)
+            except ApiKeyFileError as exc:
+                raise ApiKeyFileError(f"{path}: {exc}") from None
         keys.append(key)
     ids = [k.key_id for k in keys]
     if len(set(ids)) != len(ids):
@@ -95,6 +117,14 @@ def write_api_keys(path: Path, keys: Iterable[ApiKey]) -> None:
 class KeyRing:
     def __init__(self, keys: Iterable[ApiKey]) -> None:
         self._keys = [(bytes.fromhex(k.sha256), k) for k in keys]
+
+    def replace(self, keys: Iterable[ApiKey]) -> None:
+        """Hold `keys` from now on (the file changed); a lookup under way finishes on the
+        old list."""
+        self._keys = [(bytes.fromhex(k.sha256), k) for k in keys]
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
     def find(self, presented: str) -> ApiKey | None:
         wanted = hashlib.sha256(presented.encode()).digest()

@@ -27,6 +27,7 @@ from answer_service.runtime.configs import (
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.runtime.index_watch import IndexWatcher
+from answer_service.runtime.key_watch import KeyFileWatcher
 from answer_service.runtime.loop_lag import LoopLag
 from answer_service.runtime.metrics import ServiceMetrics
 from answer_service.runtime.placement import (
@@ -89,6 +90,7 @@ class Components:
     _watch_task: asyncio.Task[None] | None = field(default=None)
     _fleet_task: asyncio.Task[None] | None = field(default=None)
     _lag_task: asyncio.Task[None] | None = field(default=None)
+    _keys_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, settings: Settings) -> Components:
@@ -109,7 +111,9 @@ class Components:
             )
             shared = SharedRequests(redis, maxlen=settings.shared_requests)
         request_log = RequestLog(settings.recent_requests, sink=shared)
-        keys = KeyRing(read_api_keys(settings.api_keys_file)) if settings.api_keys_file else None
+        keys = None
+        if settings.api_keys_file is not None:
+            keys = KeyRing(read_api_keys(settings.api_keys_file, tiers=settings.tier_weights))
         metrics = ServiceMetrics(listeners=(request_log,))
         return cls(
             settings,
@@ -145,29 +149,45 @@ class Components:
         self._lag_task = loop.create_task(self.loop_lag.run())
         if self.fleet is not None:
             self._fleet_task = loop.create_task(self.fleet.run())
+        settings = self.settings
+        if self.keys is not None and settings.api_keys_file and settings.api_keys_reload_s > 0:
+            watcher = KeyFileWatcher(
+                self.keys,
+                settings.api_keys_file,
+                settings.tier_weights,
+                every_s=settings.api_keys_reload_s,
+            )
+            self._keys_task = loop.create_task(watcher.run())
 
     async def wait_ready(self) -> None:
         if self._warm_up_task is not None:
             await self._warm_up_task
 
     async def _warm_up(self) -> None:
-        settings = self.settings
+        """Build the pipeline; a failure is kept for /readyz (with its type where it is not
+        one of ours: out of memory, a faiss or tokenizer error) and logged, never lost."""
         try:
-            if settings.index_dir is None:
-                raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
-            placement = await asyncio.to_thread(self.place_models)
-            embedder = SentenceTransformerEmbedder(
-                embedder_config(settings, device=placement.embedder.device)
-            )
-            self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
-            tokenizer = settings.tokenizer or await self._served_model()
-            self.served_model = self.served_model or tokenizer
-            template = HFChatTemplate(tokenizer)
-            await asyncio.to_thread(template.warm_up)
+            await self._build_pipeline()
         except (RetrievalError, GenerationError, PlacementError) as exc:
             self.warm_up_error = str(exc)
             logger.error("warm-up failed error=%s", exc)
-            return
+        except Exception as exc:
+            self.warm_up_error = f"{type(exc).__name__}: {exc}"
+            logger.exception("warm-up failed error=%s", self.warm_up_error)
+
+    async def _build_pipeline(self) -> None:
+        settings = self.settings
+        if settings.index_dir is None:
+            raise RetrievalError("no index configured (ANSWER_INDEX_DIR or --index)")
+        placement = await asyncio.to_thread(self.place_models)
+        embedder = SentenceTransformerEmbedder(
+            embedder_config(settings, device=placement.embedder.device)
+        )
+        self.retriever = await asyncio.to_thread(self.open_retriever, embedder)
+        tokenizer = settings.tokenizer or await self._served_model()
+        self.served_model = self.served_model or tokenizer
+        template = HFChatTemplate(tokenizer)
+        await asyncio.to_thread(template.warm_up)
         if settings.gc_freeze:  # before it is ready: the full collection stalls everything
             await asyncio.to_thread(freeze_heap, collect=True)
         config = pipeline_config(settings, self.served_model)
@@ -272,7 +292,15 @@ class Components:
             return
         self.reranker_status = f"loading {settings.reranker_model}"
         config = reranker_config(settings, device=self.place_models().reranker.device)
-        reranker = await asyncio.to_thread(load_reranker, config)
+        try:
+            reranker = await asyncio.to_thread(load_reranker, config)
+        except Exception as exc:  # not a load failure it knows (those say None): say which
+            self.reranker_status = f"failed: {type(exc).__name__}: {exc}"
+            logger.exception(
+                "reranker failed, answering without the rerank stage model=%s",
+                settings.reranker_model,
+            )
+            return
         if reranker is None:
             self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
         elif self.retriever is not None:
@@ -314,6 +342,7 @@ class Components:
             self._watch_task,
             self._fleet_task,
             self._lag_task,
+            self._keys_task,
         )
         for task in tasks:
             if task is not None and not task.done():

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX
 from answer_service.pipeline.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
 from answer_service.pipeline.planning import read_quality_curves
 from answer_service.runtime.auth import read_api_keys
@@ -117,6 +118,9 @@ class Settings(BaseSettings):
     planner_burst_window_s: float = Field(default=5.0, gt=0.0, le=30.0)
     # Prompts each SGLang worker prefills at once; others wait by tenant tier.
     generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
+    # Requests that may wait for a worker's slots; more get 503 + Retry-After at once (the
+    # planner's admission refuses earlier; with it off, this is the only bound).
+    generation_queue_max: int = Field(default=DEFAULT_QUEUE_MAX, ge=0)
     # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a
     # request that has waited `tier_max_wait_ms` goes next whatever its tier.
     tier_weights: dict[str, float] = Field(
@@ -164,6 +168,9 @@ class Settings(BaseSettings):
     # API keys (answer_service/runtime/auth.py): a JSON file of key digests with their tier and limits;
     # None: no keys asked for. `answer-service keys add` writes it.
     api_keys_file: Path | None = None
+    # How often the key file is checked for a change (revoked or added keys take effect
+    # without a restart; a broken file keeps the old keys); 0: read once at start-up.
+    api_keys_reload_s: float = Field(default=1.0, ge=0.0)
     # Request bodies over this get 413; browsers from these origins may call the API (CORS).
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -226,12 +233,11 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("api_keys_file")
-    @classmethod
-    def _readable_keys(cls, value: Path | None) -> Path | None:
-        if value is not None:
-            read_api_keys(value)  # a bad file fails at start-up, with its reason
-        return value
+    @model_validator(mode="after")
+    def _readable_keys(self) -> Settings:
+        if self.api_keys_file is not None:  # a bad file fails at start-up, with its reason
+            read_api_keys(self.api_keys_file, tiers=self.tier_weights)
+        return self
 
     @field_validator("sglang_workers", "cors_origins", mode="before")
     @classmethod

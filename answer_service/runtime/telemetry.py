@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,10 +113,15 @@ class RecentTraces(SpanProcessor):
         with self._lock:
             self._finished.append(record)
 
-    def recent(self, limit: int = 50) -> list[TraceRecord]:
-        """Newest first."""
+    def recent(
+        self, limit: int = 50, where: Callable[[TraceRecord], bool] | None = None
+    ) -> list[TraceRecord]:
+        """Newest first; only those `where` holds for, if given."""
         with self._lock:
-            return list(reversed(self._finished))[:limit]
+            newest = list(reversed(self._finished))
+        if where is not None:
+            newest = [trace for trace in newest if where(trace)]
+        return newest[:limit]
 
     def find(self, trace_id: str) -> TraceRecord | None:
         with self._lock:

@@ -22,9 +22,11 @@ Not there (404)
     without asking a worker), ``/abort_request`` (sglang issue #6531), ``/metrics``.
 Abort
     Closing the stream to the router closes its upstream connection and the worker aborts the
-    request, so a client that goes away stops the work. An explicit abort must go to the
-    workers: ``POST /abort_request {"rid": ...}`` answers 200 on a worker that does not hold
-    the rid, so sending it to every worker is safe.
+    request, so a client that goes away stops the work (measured: the worker's decoding
+    stopped 0.09 s after the close). An explicit abort must go to the workers (sent to the
+    router it is a 404 and the worker decodes on): ``POST /abort_request {"rid": ...}``
+    answers 200 on a worker that does not hold the rid, so sending it to every worker is safe
+    (`SGLangClient.abort` does, with the list from ``/workers``; decoding stopped 0.08 s after).
 Which worker served a request
     Nothing in the response says (the only added header is the router's own
     ``x-request-id``). The router's Prometheus text (``--prometheus-port``, default 29000 on

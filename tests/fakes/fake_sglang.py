@@ -16,8 +16,17 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+# stall: the response begins, no token comes; silent: not even the response's headers come.
 Mode = Literal[
-    "ok", "error_chunk", "drop", "stall", "reject", "slow", "router_lost", "router_lost_once"
+    "ok",
+    "error_chunk",
+    "drop",
+    "stall",
+    "silent",
+    "reject",
+    "slow",
+    "router_lost",
+    "router_lost_once",
 ]
 # What sglang-router 0.3.2 answers when the worker it chose is gone (test_sglang_router.py).
 ROUTER_LOST_WORKER = {
@@ -34,9 +43,16 @@ class FakeSGLangState:
     mode: Mode = "ok"
     token_delay_s: float = 0.01
     prompt_tokens: int = 42
+    # What `reject` answers (400) and `error_chunk` sends mid-stream.
+    reject_message: str = (
+        "The input (9000 tokens) is longer than the model's context length (8192)."
+    )
+    error_message: str = "scheduler crashed"
     cached_tokens: int = 0
     healthy: bool = True
     aborted: list[str] = field(default_factory=list)
+    # Requests (rids) whose client closed the connection while the fake was silent.
+    disconnected: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -64,7 +80,7 @@ async def _stream(state: FakeSGLangState, rid: str) -> AsyncIterator[bytes]:
         if state.mode == "drop" and n == 3:
             raise RuntimeError("fake server dies mid-stream")
         if state.mode == "error_chunk" and n == 3:
-            error = {"message": "scheduler crashed", "type": "InternalError", "code": 500}
+            error = {"message": state.error_message, "type": "InternalError", "code": 500}
             yield f"data: {json.dumps({'error': error})}\n\n".encode()
             return
         if state.mode == "slow" and n >= 2:
@@ -93,9 +109,13 @@ def create_fake_sglang(state: FakeSGLangState) -> FastAPI:
             if state.mode == "router_lost_once":
                 state.mode = "ok"
             return JSONResponse({"error": ROUTER_LOST_WORKER}, status_code=500)
+        if state.mode == "silent":  # until the client goes away
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            state.disconnected.append(body["rid"])
+            return JSONResponse({}, status_code=499)
         if state.mode == "reject":
-            message = "The input (9000 tokens) is longer than the model's context length (8192)."
-            return JSONResponse({"error": {"message": message}}, status_code=400)
+            return JSONResponse({"error": {"message": state.reject_message}}, status_code=400)
         return StreamingResponse(_stream(state, body["rid"]), media_type="text/event-stream")
 
     @app.post("/abort_request")

@@ -11,6 +11,9 @@ class WordTemplate:
     def warm_up(self) -> None:
         pass
 
+    def escape(self, text: str) -> str:
+        return text
+
     def render(self, messages: Sequence[ChatMessage]) -> str:
         return "\n".join(f"{m.role}: {m.content}" for m in messages)
 

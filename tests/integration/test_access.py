@@ -3,7 +3,10 @@ Redis shared by two replicas (and a dead one)."""
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,3 +197,86 @@ def test_cors_allows_the_configured_origin_only(url: str) -> None:
         f"{url}/v1/answer", headers={"Origin": "https://evil.example", **preflight}
     )
     assert "access-control-allow-origin" not in other.headers
+
+
+def test_traces_are_scoped_to_the_callers_key(
+    service: ServiceFactory, sglang: tuple[str, FakeSGLangState], tmp_path: Path
+) -> None:
+    """A key holder sees the traces of its own key's requests; an admin key sees all."""
+    team_a, team_b, ops = "ask_team-a-key", "ask_team-b-key", "ask_ops-admin-key"
+    path = tmp_path / "keys.json"
+    path.write_text(
+        json.dumps(
+            {
+                "keys": [
+                    {"id": "team-a", "sha256": digest(team_a), "tier": "standard"},
+                    {"id": "team-b", "sha256": digest(team_b), "tier": "standard"},
+                    {"id": "ops", "sha256": digest(ops), "tier": "standard", "admin": True},
+                ]
+            }
+        )
+    )
+    with service(sglang_url=sglang[0], api_keys_file=path) as base:
+        asked = [_ask(base, key).status_code for key in (team_a, team_b, team_b)]
+        openai_client = openai.OpenAI(base_url=f"{base}/v1", api_key=team_a, max_retries=0)
+        openai_client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": QUESTION}]
+        )
+
+        def traces(key: str) -> list[dict[str, Any]]:
+            response = httpx.get(
+                f"{base}/v1/traces", headers={"Authorization": f"Bearer {key}"}, timeout=10
+            )
+            assert response.status_code == 200, response.text
+            found: list[dict[str, Any]] = response.json()
+            return found
+
+        seen = {key: traces(key) for key in (team_a, team_b, ops)}
+    assert asked == [200, 200, 200]
+
+    def owners(found: list[dict[str, Any]]) -> list[str]:
+        return [t["spans"][0]["attributes"].get("answer.key_id", "") for t in found]
+
+    assert owners(seen[team_a]) == ["team-a", "team-a"]
+    assert owners(seen[team_b]) == ["team-b", "team-b"]
+    assert sorted(owners(seen[ops])) == ["team-a", "team-a", "team-b", "team-b"]
+
+
+def test_a_revoked_key_is_refused_without_a_restart(
+    service: ServiceFactory,
+    sglang: tuple[str, FakeSGLangState],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The key file is read again when it changes: a revoked key stops working within
+    seconds, a new one starts; a broken file keeps the keys there were, and says so."""
+    stays, goes, comes = "ask_stays-key", "ask_goes-key", "ask_comes-key"
+    path = tmp_path / "keys.json"
+    kept = ApiKey("stays", digest(stays), "standard")
+    write_api_keys(path, [kept, ApiKey("goes", digest(goes), "standard")])
+
+    def status(base: str, key: str) -> int:
+        headers = {"Authorization": f"Bearer {key}"}
+        return httpx.get(f"{base}/v1/traces", headers=headers, timeout=10).status_code
+
+    def within_5_s(base: str, key: str, wanted: int) -> None:
+        deadline = time.monotonic() + 5
+        while status(base, key) != wanted:
+            assert time.monotonic() < deadline, f"{key} still not {wanted}"
+            time.sleep(0.1)
+
+    with (
+        caplog.at_level(logging.ERROR, logger="answer_service"),
+        service(sglang_url=sglang[0], api_keys_file=path) as base,
+    ):
+        assert _ask(base, goes).status_code == 200
+        write_api_keys(path, [kept])  # what `answer-service keys revoke --id goes` writes
+        within_5_s(base, goes, 401)
+        assert _ask(base, goes).status_code == 401
+        assert _ask(base, stays).status_code == 200
+        path.write_text('{"keys": [{"id": "half-written"')
+        time.sleep(2.5)
+        assert (status(base, stays), status(base, goes)) == (200, 401)
+        write_api_keys(path, [kept, ApiKey("comes", digest(comes), "standard")])
+        within_5_s(base, comes, 200)
+    assert any("API key file not reloaded" in r.getMessage() for r in caplog.records)

@@ -3,13 +3,18 @@ failures: bad input, SGLang down or dying mid-stream, and a client that goes awa
 
 from __future__ import annotations
 
+import logging
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from generation.prompt_layout import SYSTEM_PROMPT
+from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, parse_sse, post_answer, serve_in_thread
@@ -143,6 +148,29 @@ def test_no_first_token_in_time_is_an_error_not_a_hang(url: str, state: FakeSGLa
     assert rid in state.aborted
 
 
+def test_an_sglang_that_never_answers_is_given_up_at_the_deadline(
+    url: str, state: FakeSGLangState
+) -> None:
+    """SGLang (or a router) takes /generate and sends nothing, not even headers: the request
+    is given up at its hard deadline (the budget x4), SGLang is told to abort it, and the
+    generation slot comes free for the next one."""
+    state.mode = "silent"
+    started = time.perf_counter()
+    response = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 200}, timeout_s=20)
+    elapsed_s = time.perf_counter() - started
+    assert response.status_code == 504, response.text
+    assert response.json()["error"]["code"] == "stage_timeout"
+    assert "no response from SGLang" in response.json()["error"]["message"]
+    assert elapsed_s < 2.0
+    rid = state.requests[-1]["rid"]
+    deadline = time.monotonic() + 1.0
+    while rid not in state.aborted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rid in state.aborted
+    state.mode = "ok"
+    assert post_answer(url, {"query": QUESTION, "stream": False}).status_code == 200
+
+
 def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLangState) -> None:
     state.mode = "slow"
     with httpx.stream("POST", f"{url}/v1/answer", json={"query": QUESTION}, timeout=10) as response:
@@ -154,6 +182,22 @@ def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLang
     while rid not in state.aborted and time.perf_counter() - closed_at < 1.0:
         time.sleep(0.01)
     assert rid in state.aborted, "the service aborted its SGLang request within a second"
+
+
+def test_a_client_gone_before_sglang_answered_aborts_its_request(
+    url: str, state: FakeSGLangState
+) -> None:
+    """The client leaves while the service still waits for SGLang's response headers (an
+    SGLang that is slow to answer, or stuck): the SGLang request is aborted too, not only its
+    connection dropped."""
+    state.mode = "silent"
+    with pytest.raises(httpx.ReadTimeout):
+        post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000}, timeout_s=1.0)
+    left_at = time.perf_counter()
+    rid = state.requests[-1]["rid"]
+    while rid not in state.aborted and time.perf_counter() - left_at < 1.5:
+        time.sleep(0.01)
+    assert rid in state.aborted, "the service aborted its SGLang request"
 
 
 def test_non_streaming_client_disconnect_aborts_too(url: str, state: FakeSGLangState) -> None:
@@ -168,7 +212,7 @@ def test_non_streaming_client_disconnect_aborts_too(url: str, state: FakeSGLangS
 
 
 def test_sglang_down_means_not_ready_and_503(
-    service: ServiceFactory, chatml_tokenizer_dir: Path
+    service: ServiceFactory, chatml_tokenizer_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with service(sglang_url=dead, tokenizer=str(chatml_tokenizer_dir), ready=False) as base:
@@ -183,10 +227,15 @@ def test_sglang_down_means_not_ready_and_503(
         assert readyz.json()["reasons"] == [f"SGLang at {dead} is not healthy"]
         assert httpx.get(f"{base}/healthz").status_code == 200
         for stream in (True, False):
-            response = post_answer(base, {"query": QUESTION, "stream": stream})
+            with caplog.at_level(logging.WARNING, logger="generation"):
+                response = post_answer(base, {"query": QUESTION, "stream": stream})
             assert response.status_code == 503
             assert response.headers["retry-after"] == "5"
-            assert f"cannot reach SGLang at {dead}" in response.json()["error"]["message"]
+            message = response.json()["error"]["message"]
+            assert message.startswith("cannot reach SGLang: ConnectError")
+            # The URL is for the operator's log, not for the client.
+            assert "127.0.0.1" not in message
+    assert any(dead in record.getMessage() for record in caplog.records)
 
 
 def test_without_sglang_or_tokenizer_the_service_says_it_is_warming_up(
@@ -214,3 +263,89 @@ def test_missing_index_is_reported_by_readyz(
         response = post_answer(base, {"query": QUESTION})
         assert response.status_code == 503
         assert "no index at" in response.json()["error"]["message"]
+
+
+def _reasons_once_settled(base: str, settled: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """/readyz's body once `settled` holds, or after 60 s."""
+    deadline = time.monotonic() + 60
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        body = httpx.get(f"{base}/readyz").json()
+        if settled(body):
+            break
+        time.sleep(0.2)
+    return body
+
+
+def _copy_tokenizer(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+@pytest.mark.usefixtures("state")  # the shared fake answers normally
+def test_an_unexpected_warm_up_failure_is_reported_not_left_warming_up(
+    service: ServiceFactory,
+    fake: tuple[str, FakeSGLangState],
+    chatml_tokenizer_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A tokenizer file cut short makes transformers raise a KeyError, neither a retrieval nor
+    a generation error: /readyz says so with its type, and the log has the traceback."""
+    broken = _copy_tokenizer(chatml_tokenizer_dir, tmp_path / "tokenizer")
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nope"}}')
+    with (
+        caplog.at_level(logging.ERROR, logger="answer_service"),
+        service(sglang_url=fake[0], tokenizer=str(broken), ready=False) as base,
+    ):
+        body = _reasons_once_settled(
+            base, lambda b: not any("warming up" in r for r in b["reasons"])
+        )
+        response = post_answer(base, {"query": QUESTION})
+    assert body["reasons"] == ["warm-up failed: KeyError: 'added_tokens'"]
+    assert response.status_code == 503
+    assert "KeyError: 'added_tokens'" in response.json()["error"]["message"]
+    failed = [r for r in caplog.records if "warm-up failed" in r.getMessage()]
+    assert failed
+    assert failed[0].exc_info is not None
+
+
+@pytest.mark.usefixtures("state")  # the shared fake answers normally
+def test_an_unexpected_reranker_failure_is_reported(
+    service: ServiceFactory,
+    fake: tuple[str, FakeSGLangState],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Weights cut short (a partial download) make safetensors raise its own error: the
+    service answers without the reranker and /readyz says why, instead of `loading` forever."""
+    model = _copy_tokenizer(Path(resolve_model_path(DEFAULT_EMBEDDER)), tmp_path / "reranker")
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4096])
+    with (
+        caplog.at_level(logging.ERROR, logger="answer_service"),
+        service(sglang_url=fake[0], reranker_model=str(model)) as base,
+    ):
+        body = _reasons_once_settled(base, lambda b: not b["reranker"].startswith("loading"))
+        answer = post_answer(base, {"query": QUESTION, "stream": False})
+    assert body["reranker"].startswith("failed: SafetensorError: "), body["reranker"]
+    assert answer.status_code == 200
+    failed = [r for r in caplog.records if "reranker failed" in r.getMessage()]
+    assert failed
+    assert failed[0].exc_info is not None
+
+
+def test_a_model_whose_template_takes_no_system_message_is_answered(
+    service: ServiceFactory, no_system_tokenizer_dir: Path
+) -> None:
+    """Gemma's template raises on a system message: the system prompt goes into the user
+    turn, found at warm-up, instead of every request failing behind a green /readyz."""
+    state = FakeSGLangState(model_path=str(no_system_tokenizer_dir))
+    with (
+        serve_in_thread(create_fake_sglang(state)) as sglang,
+        service(sglang_url=sglang, abstain_below=0) as base,
+    ):
+        response = post_answer(base, {"query": QUESTION, "stream": False})
+    assert response.status_code == 200, response.text
+    assert response.json()["answer"] == "The answer is here."
+    assert state.requests[-1]["text"].startswith(f"<start_of_turn>user\n{SYSTEM_PROMPT}\n\n")

@@ -293,5 +293,8 @@ def test_a_router_losing_worker_after_worker_is_asked_once_more_only(
 
     assert answer.status_code == 503
     assert answer.headers["retry-after"] == "1"
-    assert "lost a worker" in answer.json()["error"]["message"]
+    message = answer.json()["error"]["message"]
+    assert "lost the worker" in message
+    assert "127.0.0.1" not in message  # neither the router's address nor its worker's
+    assert "http" not in message
     assert len(state.requests) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,9 +16,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from answer_service.http.api import create_app
+from answer_service.pipeline.admission import Slot
+from answer_service.runtime.settings import Settings
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import parse_sse, post_answer, serve_in_thread
+from tests.support import parse_sse, post_answer, serve_in_thread, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -254,3 +258,74 @@ def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
     worker = (("worker", fake[0]),)
     assert samples[("answer_prompt_tokens_total", worker)] == sum(d["prompt_tokens"] for d in done)
     assert samples[("answer_cached_tokens_total", worker)] == sum(d["cached_tokens"] for d in done)
+
+
+def test_the_gate_is_read_on_the_event_loop_only(
+    fake: tuple[str, FakeSGLangState], squad_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The generation gate's dicts change on the event loop (a slot taken, released, owed):
+    reading them from the prompt-fitting thread races those changes ('dictionary changed size
+    during iteration' under load, with several slots per worker). Every read of what a worker
+    is prefilling happens on the loop."""
+    settings = Settings(
+        index_dir=squad_index,
+        sglang_url=fake[0],
+        reranker_model=None,
+        answer_cache_ttl_s=0,
+        abstain_below=0,
+        generation_slots_per_worker=2,
+    )
+    app = create_app(settings)
+    where: list[str] = []
+    with serve_in_thread(app) as url:
+        wait_ready(url)
+        gate = app.state.components.pipeline.planning.gate
+        read = gate.prefilling_tokens
+
+        def recording(worker: str, slot: Slot) -> float:
+            try:
+                asyncio.get_running_loop()
+                where.append("loop")
+            except RuntimeError:
+                where.append(threading.current_thread().name)
+            return read(worker, slot)
+
+        monkeypatch.setattr(gate, "prefilling_tokens", recording)
+        response = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000, "stream": False})
+    assert response.status_code == 200, response.text
+    assert where
+    assert set(where) == {"loop"}, where
+
+
+def test_with_the_planner_off_the_slot_queue_is_capped(
+    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+) -> None:
+    """Nothing else bounds it with the planner off: one request holds the slot (SGLang sends
+    no token), two wait for it, the rest are refused at once with 503 and Retry-After."""
+    url_sglang, state = fake
+    state.mode = "stall"
+    with service(
+        sglang_url=url_sglang, planner=False, abstain_below=0, generation_queue_max=2
+    ) as url:
+
+        async def run() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                body = {"query": QUESTION, "ttft_budget_ms": 1000, "stream": False}
+                return await asyncio.gather(
+                    *(http.post(f"{url}/v1/answer", json=body) for _ in range(5))
+                )
+
+        started = time.perf_counter()
+        responses = asyncio.run(run())
+        elapsed_s = time.perf_counter() - started
+    refused = [r for r in responses if r.status_code == 503]
+    assert len(refused) == 2, [r.text for r in responses]
+    for response in refused:
+        error = response.json()["error"]
+        assert error["code"] == "overloaded"
+        assert "requests are already waiting for a generation slot" in error["message"]
+        assert int(response.headers["Retry-After"]) >= 1
+    # The one holding the slot and the two queued behind it give up at the deadline (x4).
+    assert sorted(r.status_code for r in responses if r not in refused) == [504, 504, 504]
+    assert len(state.requests) == 1
+    assert elapsed_s < 10

@@ -111,3 +111,43 @@ def test_keys_add_list_and_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert key not in listed
     assert run("revoke", "--file", str(path), "--id", "team-a") == 0
     assert read_api_keys(path) == []
+
+
+def test_keys_add_refuses_a_tier_the_service_does_not_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_keys_commands(parser.add_subparsers(dest="command"))
+    path = tmp_path / "keys.json"
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["keys", *argv])
+        code: int = args.run(args)
+        return code
+
+    assert run("add", "--file", str(path), "--id", "team-g", "--tier", "gold") == 2
+    assert "tier 'gold' is not one of ['premium', 'standard']" in capsys.readouterr().err
+    assert not path.exists()
+    monkeypatch.setenv("ANSWER_TIER_WEIGHTS", '{"gold": 2, "standard": 1}')
+    assert run("add", "--file", str(path), "--id", "team-g", "--tier", "gold") == 0
+    assert [k.tier for k in read_api_keys(path)] == ["gold"]
+
+
+def test_keys_add_admin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_keys_commands(parser.add_subparsers(dest="command"))
+    path = tmp_path / "keys.json"
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["keys", *argv])
+        code: int = args.run(args)
+        return code
+
+    assert run("add", "--file", str(path), "--id", "ops", "--admin") == 0
+    assert run("add", "--file", str(path), "--id", "team") == 0
+    assert [(k.key_id, k.admin) for k in read_api_keys(path)] == [("ops", True), ("team", False)]
+    capsys.readouterr()
+    assert run("list", "--file", str(path)) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].endswith("\tadmin")
+    assert not listed[1].endswith("\tadmin")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from answer_service.pipeline.admission import GenerationGate
+from answer_service.pipeline.admission import GenerationGate, SlotQueueFullError
 
 W = "http://worker"
 
@@ -72,6 +72,18 @@ async def test_premium_waiters_get_more_turns() -> None:
     # While both tiers wait, premium gets three turns for each standard one.
     assert order[:8].count("premium") >= 5
     assert sorted(order) == sorted(["standard"] * 8 + ["premium"] * 8)
+
+
+async def test_beyond_the_queue_cap_a_request_is_refused_at_once() -> None:
+    g = GenerationGate([W], 1, {"standard": 1.0}, max_wait_ms=60_000, queue_max=1)
+    holder = await g.acquire(W, "standard", 1)
+    waiting = asyncio.create_task(g.acquire(W, "standard", 1))
+    await asyncio.sleep(0)
+    with pytest.raises(SlotQueueFullError, match="1 requests are already waiting"):
+        await g.acquire(W, "standard", 1)
+    assert g.waiting(W) == 1
+    holder.release()
+    (await asyncio.wait_for(waiting, 1)).release()
 
 
 def test_bad_settings_are_refused() -> None:

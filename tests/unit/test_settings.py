@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from answer_service.runtime.auth import ApiKey, digest, write_api_keys
 from answer_service.runtime.settings import Settings
 
 
@@ -61,3 +62,14 @@ def test_planner_settings_are_validated(tmp_path: Path) -> None:
         )
     )
     assert Settings(planner_quality_file=good).planner_quality_file == good
+
+
+def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -> None:
+    """A key of a tier the generation gate has no queue for would get a 500 whenever it had
+    to wait for a slot: the key file is refused when it is loaded instead."""
+    path = tmp_path / "keys.json"
+    write_api_keys(path, [ApiKey("gold-team", digest("ask_gold"), "gold")])
+    with pytest.raises(ValidationError, match=r"key 'gold-team': tier 'gold' is not one of"):
+        Settings(api_keys_file=path)
+    served = {"gold": 2.0, "standard": 1.0}
+    assert Settings(api_keys_file=path, tier_weights=served).api_keys_file == path

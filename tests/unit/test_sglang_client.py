@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -120,6 +121,18 @@ async def test_no_first_token_within_the_deadline(
     assert "slow" in fake[1].aborted
 
 
+async def test_no_response_headers_within_the_deadline(
+    client: SGLangClient, fake: tuple[str, FakeSGLangState]
+) -> None:
+    fake[1].mode = "silent"
+    started = time.perf_counter()
+    with pytest.raises(GenerationTimeoutError, match="no response from SGLang within"):
+        await client.open_stream("q", SamplingParams(), _timeouts(budget_ms=300), rid="mute")
+    assert time.perf_counter() - started < 1.0
+    await client.drain()
+    assert "mute" in fake[1].aborted
+
+
 async def test_next_token_timeout(client: SGLangClient, fake: tuple[str, FakeSGLangState]) -> None:
     fake[1].mode = "slow"
     stream = await client.open_stream("q", SamplingParams(), _timeouts(next_token_s=0.2))
@@ -142,3 +155,45 @@ async def test_unreachable_server() -> None:
         assert not await client.health()
         with pytest.raises(SGLangUnavailableError, match="cannot reach SGLang"):
             await client.open_stream("q", SamplingParams(), _timeouts())
+
+
+async def test_error_messages_carry_no_address(
+    client: SGLangClient, fake: tuple[str, FakeSGLangState], caplog: pytest.LogCaptureFixture
+) -> None:
+    """What SGLang (or a router) says goes to the caller without the URLs in it (they end up
+    in client-facing errors); the log keeps them."""
+    state = fake[1]
+    state.mode = "reject"
+    state.reject_message = "upstream http://10.0.0.7:30001/generate refused: bad input"
+    state.error_message = "worker at https://10.0.0.8:30002 crashed"
+    try:
+        with caplog.at_level(logging.WARNING, logger="generation"):
+            with pytest.raises(SGLangRequestError) as refused:
+                await client.open_stream("q", SamplingParams(), _timeouts())
+            state.mode = "error_chunk"
+            stream = await client.open_stream("q", SamplingParams(), _timeouts())
+            with pytest.raises(SGLangRequestError) as broke:
+                await _drain(stream)
+    finally:
+        state.reject_message = FakeSGLangState.reject_message
+        state.error_message = FakeSGLangState.error_message
+    assert str(refused.value) == "SGLang answered 400: upstream <url> refused: bad input"
+    assert str(broke.value) == "SGLang answered 500: worker at <url> crashed"
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert "http://10.0.0.7:30001/generate" in logged
+    assert "https://10.0.0.8:30002" in logged
+
+
+async def test_an_unreachable_server_is_not_named_to_the_caller(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    async with httpx.AsyncClient() as http:
+        with (
+            caplog.at_level(logging.WARNING, logger="generation"),
+            pytest.raises(SGLangUnavailableError) as caught,
+        ):
+            await SGLangClient(http, url).open_stream("q", SamplingParams(), _timeouts())
+    assert str(caught.value).startswith("cannot reach SGLang: ConnectError")
+    assert "127.0.0.1" not in str(caught.value)
+    assert any(url in record.getMessage() for record in caplog.records)
