@@ -23,8 +23,10 @@ from typing import Literal
 
 from budget.latency_model import LatencyModel, LinearPrior, ModelState
 
-Stage = Literal["embed", "search", "rerank", "prompt", "first_token"]
-STAGES: tuple[Stage, ...] = ("embed", "search", "rerank", "prompt", "first_token")
+Stage = Literal["embed", "search", "rerank", "sentences", "prompt", "first_token"]
+STAGES: tuple[Stage, ...] = ("embed", "search", "rerank", "sentences", "prompt", "first_token")
+# Sentences scored per retrieved passage, for the sentence stage's predicted work.
+SENTENCES_PER_PASSAGE = 6
 # A stage's estimated time for an amount of work on a worker (`StageModels.median_ms`, ...).
 StageEstimate = Callable[[Stage, float, str], float]
 
@@ -37,6 +39,7 @@ def query_tokens(query: str) -> int:
 _EMBED = LinearPrior(6.0, 0.07, 15.0)
 _SEARCH = LinearPrior(4.0, 0.05, 15.0)
 _RERANK = LinearPrior(10.0, 21.5, 120.0)
+_SENTENCES = LinearPrior(1.0, 0.1, 3.0)
 _PROMPT = LinearPrior(4.0, 1.5, 10.0)
 _FIRST_TOKEN = LinearPrior(120.0, 1.9, 350.0)
 
@@ -47,13 +50,14 @@ class StagePriors:
     docs/benchmarks/cpu-prefix-attention.json), with margins for sharing the cores with SGLang.
 
     Work units: embed, query tokens; search, candidates asked for; rerank, candidates scored;
-    prompt, passages; first_token, prompt tokens SGLang must prefill before this prompt's first
+    sentences, sentences scored; prompt, passages; first_token, prompt tokens SGLang must prefill before this prompt's first
     token (its own uncached tokens plus those queued ahead of it on the worker).
     """
 
     embed: LinearPrior = _EMBED
     search: LinearPrior = _SEARCH
     rerank: LinearPrior = _RERANK
+    sentences: LinearPrior = _SENTENCES
     prompt: LinearPrior = _PROMPT
     first_token: LinearPrior = _FIRST_TOKEN
 
@@ -131,12 +135,15 @@ class StageTimes:
     embed: float = 0.0
     search: float = 0.0
     rerank: float = 0.0
+    sentences: float = 0.0
     prompt: float = 0.0
     first_token: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.embed + self.search + self.rerank + self.prompt + self.first_token
+        return (
+            self.embed + self.search + self.rerank + self.sentences + self.prompt + self.first_token
+        )
 
     def of(self, stage: Stage) -> float:
         value: float = getattr(self, stage)
@@ -252,7 +259,9 @@ class Planner:
         models, config = self.models, self.config
         available = self.available_ms(request.remaining_ms)
         depths = config.rerank_depths if request.reranker else (0,)
-        embed_ms = models.predict_ms("embed", request.query_tokens)
+        embed_ms = models.predict_ms("embed", request.query_tokens) + self._sentences_ms(
+            request, models.predict_ms
+        )
         passages_range = range(1, max(request.max_passages, 1) + 1)
         queue_ms = self._queue_ms(request)
         generation_ms = [
@@ -320,6 +329,7 @@ class Planner:
             embed=models.predict_ms("embed", request.query_tokens),
             search=models.predict_ms("search", retrieve_k),
             rerank=models.predict_ms("rerank", depth) if depth else 0.0,
+            sentences=self._sentences_ms(request, models.predict_ms),
             prompt=models.predict_ms("prompt", passages),
             first_token=self._queue_ms(request)
             + models.predict_ms(
@@ -349,6 +359,11 @@ class Planner:
         idle = dataclasses.replace(request, prefill_ahead_tokens=0.0, requests_ahead=0.0)
         return self._total_ms(idle, 0, 1, self.models.median_ms)
 
+    @staticmethod
+    def _sentences_ms(request: PlanInput, at: Callable[..., float]) -> float:
+        """Scoring the sentences of the passages retrieved for the sources (top_k)."""
+        return float(at("sentences", SENTENCES_PER_PASSAGE * max(request.max_passages, 1), ""))
+
     def _queue_ms(self, request: PlanInput) -> float:
         """The fixed part of the first-token time of each request queued ahead."""
         if request.requests_ahead <= 0:
@@ -363,6 +378,7 @@ class Planner:
         ahead = request.prefill_ahead_tokens + self._uncached(request, passages)
         return (
             at("embed", request.query_tokens, "")
+            + self._sentences_ms(request, at)
             + at("search", retrieve_k, "")
             + (at("rerank", depth, "") if depth else 0.0)
             + at("prompt", passages, "")

@@ -19,7 +19,8 @@ from retrieval.passage import ScoredPassage
 from retrieval.pool import StagePool
 from retrieval.rerank.base import Reranker
 from retrieval.search.base import SearchConfig, SearchRequest, build_searchers
-from retrieval.stages import EmbedStage, RerankStage, SearchStage
+from retrieval.sentences.scorer import ScorerWeights, SentenceScorer
+from retrieval.stages import EmbedStage, RerankStage, SearchStage, SentenceStage
 
 
 class Retriever:
@@ -31,15 +32,20 @@ class Retriever:
         search: SearchConfig | None = None,
         reranker: Reranker | None = None,
         pool: StagePool | None = None,
+        scorer: ScorerWeights | None = None,
     ) -> None:
         self.embedder = embedder
         self.index = index
         self.search_config = search or SearchConfig()
         self.reranker = reranker
+        self.scorer_weights = scorer or ScorerWeights.read()
         self._pool = pool or StagePool()
         self._searchers = build_searchers(index, self.search_config)
         self.embed = EmbedStage(embedder, self._pool)
         self.rerank = RerankStage(reranker, self._pool) if reranker is not None else None
+        self.sentences = SentenceStage(
+            SentenceScorer(index.sentences, self.scorer_weights), index, self._pool
+        )
 
     @classmethod
     def open(
@@ -51,6 +57,7 @@ class Retriever:
         index_max_gpu_bytes: int | None = None,
         corpus_checksum: str | None = None,
         search: SearchConfig | None = None,
+        scorer: ScorerWeights | None = None,
         max_workers: int = 2,
     ) -> Retriever:
         """An index directory's retriever, checked against `embedder` (and the corpus, when
@@ -65,13 +72,18 @@ class Retriever:
             max_gpu_bytes=index_max_gpu_bytes,
         )
         index.dense.search(embedder.encode(["warm-up"]), 1)
-        return cls(embedder, index, search=search, pool=StagePool(max_workers))
+        return cls(embedder, index, search=search, pool=StagePool(max_workers), scorer=scorer)
 
     def with_reranker(self, reranker: Reranker | None) -> Retriever:
         """The same index, embedder and pool with another reranker (requests under way keep
         the retriever they started with)."""
         return Retriever(
-            self.embedder, self.index, search=self.search_config, reranker=reranker, pool=self._pool
+            self.embedder,
+            self.index,
+            search=self.search_config,
+            reranker=reranker,
+            pool=self._pool,
+            scorer=self.scorer_weights,
         )
 
     def modes(self) -> tuple[str, ...]:

@@ -1,19 +1,23 @@
 """Retrieval's stages, each `run(request, deadline) -> StageResult` (budget/stage.py): embed the
-query, search in one mode, rerank. Their blocking work runs on the retriever's bounded pool."""
+query, search in one mode, rerank, score the sentences of what was found. Their blocking work
+runs on the retriever's bounded pool."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from budget import Deadline
 from budget.planner import query_tokens
 from budget.stage import AttributeValue, StageCut, StageResult
 from retrieval.embedder import Embedder, Vectors
 from retrieval.errors import RetrievalTimeoutError
+from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import ScoredPassage
 from retrieval.pool import StagePool
 from retrieval.rerank.base import Reranker, RerankRequest
 from retrieval.search.base import Searcher, SearchRequest
+from retrieval.sentences.scorer import ScoredSentence, SentenceScorer
 
 
 class EmbedStage:
@@ -88,4 +92,39 @@ class RerankStage:
             return StageResult(in_order, deadline.elapsed_ms(), cut=cut, attributes=attributes)
         return StageResult(
             timed.value, timed.elapsed_ms, work=len(candidates), attributes=attributes
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceRequest:
+    question: str
+    vector: Vectors
+    # The retrieved passages, best first, whose sentences are scored.
+    passages: Sequence[ScoredPassage]
+
+
+class SentenceStage:
+    """The sentences of the retrieved passages, most likely to answer first (the sentence
+    scorer: stored vectors, no model call). Work: the sentences scored."""
+
+    name = "sentences"
+
+    def __init__(self, scorer: SentenceScorer, index: LoadedIndex, pool: StagePool) -> None:
+        self.scorer = scorer
+        self._index = index
+        self._pool = pool
+
+    async def run(
+        self, request: SentenceRequest, deadline: Deadline
+    ) -> StageResult[list[ScoredSentence]]:
+        rows = [(self._index.row_of(p.passage.passage_id), p.passage) for p in request.passages]
+        timed = await self._pool.run(
+            self.name, deadline, lambda: self.scorer.score(request.question, request.vector, rows)
+        )
+        best = timed.value[0].probability if timed.value else 0.0
+        return StageResult(
+            timed.value,
+            timed.elapsed_ms,
+            work=len(timed.value),
+            attributes={"sentences.scored": len(timed.value), "sentences.best": round(best, 4)},
         )

@@ -12,10 +12,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from answer_service.pipeline.forms import FormConfig
 from answer_service.pipeline.generation import GenerationConfig
 from answer_service.pipeline.planning import PlanningConfig
 from answer_service.pipeline.retrieval import RetrievalConfig
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
+from budget.forms import AnswerMode
 from generation.client import GenerationClient
 from retrieval.embedder import Embedder
 from retrieval.index.builder import build_index
@@ -56,11 +58,13 @@ def make_pipeline(
     workers: Sequence[GenerationClient] | None = None,
     mode: str = "hybrid",
     planning: PlanningConfig | None = None,
-    abstain_below: float = 0.0,
+    abstain_below: float | None = 0.0,
+    answer_mode: AnswerMode = "passages",
     **config: Any,
 ) -> tuple[AnswerPipeline, InMemorySpanExporter]:
     """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
-    the exporter its spans end in."""
+    the exporter its spans end in. It answers from passages unless told another
+    `answer_mode`, and never abstains unless given a threshold (None: the calibrated one)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -75,6 +79,7 @@ def make_pipeline(
             retrieval=RetrievalConfig(floor_ms=250, mode=mode, depth=None, slack=0),
             planning=planning or PlanningConfig(enabled=False),
             abstain_below=abstain_below,
+            forms=FormConfig(mode=answer_mode),
             **config,
         ),
     )

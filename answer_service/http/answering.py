@@ -98,6 +98,7 @@ def answer_request(
         tier=tier,
         allow_sources_only=body.allow_sources_only,
         key_id=key.key_id if key is not None else None,
+        answer_mode=body.answer_mode,
     )
 
 

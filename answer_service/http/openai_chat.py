@@ -2,7 +2,7 @@
 the official `openai` client works unchanged (Perplexity's shape for the sources).
 
 The last user message is the query. The TTFT budget, `top_k`, the tier and sources-only come
-from extra body fields (`ttft_budget_ms`, `top_k`, `tier`, `allow_sources_only`; the client's
+from extra body fields (`ttft_budget_ms`, `top_k`, `tier`, `allow_sources_only`, `answer_mode`; the client's
 `extra_body`) or, for the tier, the `X-Tenant-Tier` header. The sources come back as
 `search_results` (title, url: the passage id, snippet) and `citations` (the ids, in source
 order); `usage.prompt_tokens_details.cached_tokens` is what SGLang served from its cache.
@@ -36,6 +36,7 @@ from answer_service.http.answering import (
 from answer_service.http.schemas import AnswerBody, ErrorResponse
 from answer_service.pipeline.events import AnswerStats, DoneEvent, ErrorEvent, Source, TokenEvent
 from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
+from budget.forms import AnswerMode
 
 router = APIRouter()
 
@@ -87,6 +88,7 @@ class ChatCompletionBody(BaseModel):
     top_k: StrictInt | None = Field(default=None, ge=1)
     tier: StrictStr | None = None
     allow_sources_only: StrictBool = False
+    answer_mode: AnswerMode | None = None
 
     def query(self) -> str:
         for message in reversed(self.messages):
@@ -202,6 +204,7 @@ async def chat_completions(
             ttft_budget_ms=body.ttft_budget_ms,
             top_k=body.top_k,
             allow_sources_only=body.allow_sources_only,
+            answer_mode=body.answer_mode,
         )
     except ValidationError as exc:  # e.g. a query over the body's limit
         problems = "; ".join(str(e["msg"]) for e in exc.errors())

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import AnswerStats, ErrorEvent, PlanRecord, Source
+from budget.forms import AnswerMode
 from budget.planner import StageTimes
 
 
@@ -24,6 +25,13 @@ class AnswerBody(BaseModel):
         default=False,
         description="When no plan can make the budget, answer with the sources alone (an "
         "empty answer) instead of refusing with 503.",
+    )
+    answer_mode: AnswerMode | None = Field(
+        default=None,
+        description="quote: the sentences of the sources that answer, without the model; "
+        "focused: the model answers from those sentences and their neighbours; passages: from "
+        "whole passages; auto: the planner picks per request. Default: the service's "
+        "(ANSWER_MODE).",
     )
 
 
@@ -122,6 +130,7 @@ class TimingsOut(BaseModel):
     embed: float
     search: float
     rerank: float
+    sentences: float
     prompt: float
     generate: float
 
@@ -145,6 +154,11 @@ class DonePayload(BaseModel):
     worker: str
     # Served whole from the answer cache (no retrieval, no generation).
     from_cache: bool = False
+    # The form that answered: quote, focused, passages, abstain or sources_only; and why.
+    form: str = "passages"
+    form_reason: str = ""
+    # Sentences of a generated answer that no source supports.
+    unsupported_sentences: int = 0
 
     @classmethod
     def of(cls, stats: AnswerStats) -> DonePayload:
@@ -159,6 +173,7 @@ class DonePayload(BaseModel):
                 embed=round(stages.embed_ms, 2),
                 search=round(stages.search_ms, 2),
                 rerank=round(stages.rerank_ms, 2),
+                sentences=round(stages.sentences_ms, 2),
                 prompt=round(stages.prompt_ms, 2),
                 generate=round(stages.generate_ms, 2),
             ),
@@ -173,6 +188,9 @@ class DonePayload(BaseModel):
             expected_cached_tokens=stats.expected_cached_tokens,
             worker=stats.worker,
             from_cache=stats.from_cache,
+            form=stats.form,
+            form_reason=stats.form_reason,
+            unsupported_sentences=stats.unsupported_sentences,
         )
 
 
@@ -180,6 +198,7 @@ class StageMsOut(BaseModel):
     embed: float
     search: float
     rerank: float
+    sentences: float
     prompt: float
     first_token: float
 
@@ -189,6 +208,7 @@ class StageMsOut(BaseModel):
             embed=round(times.embed, 2),
             search=round(times.search, 2),
             rerank=round(times.rerank, 2),
+            sentences=round(times.sentences, 2),
             prompt=round(times.prompt, 2),
             first_token=round(times.first_token, 2),
         )
@@ -218,6 +238,10 @@ class PlanPayload(BaseModel):
     cuts: list[CutOut]
     queue_wait_ms: float
     worker: str
+    # The answer_mode asked for, the form chosen for it, and why.
+    mode: str = "auto"
+    form: str = "passages"
+    form_reason: str = ""
 
     @classmethod
     def of(cls, plan: PlanRecord) -> PlanPayload:
@@ -239,6 +263,9 @@ class PlanPayload(BaseModel):
             ],
             queue_wait_ms=round(plan.queue_wait_ms, 2),
             worker=plan.worker,
+            mode=plan.mode,
+            form=plan.form,
+            form_reason=plan.form_reason,
         )
 
 

@@ -1,7 +1,14 @@
 """What a prepared answer streams: `plan`, `sources`, then the answer's text as token deltas
 with a `citation` after each finished sentence, then `done`; a failure mid-stream adds `error`
-before `done`. An answer given without the model (the answer cache, an abstention, sources
-only) streams the same events."""
+before `done`. An answer given without the model (a quote, the answer cache, an abstention,
+sources only) streams the same events.
+
+A generated answer is guarded as it streams: a degenerate loop (generation/guard.py) ends it,
+the server's request aborted, with `finish_reason` "repetition". A sentence no source supports
+is, by `unsupported`: `mark`ed (streamed, its citation says supported: false), `drop`ped (each
+sentence is held until it is checked, an unsupported one never shown) or a `stop` (the answer
+ends before it, `finish_reason` "unsupported").
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Literal
 
 from opentelemetry.trace import Status, StatusCode
 
@@ -18,7 +26,6 @@ from answer_service.pipeline.attribution import (
     SUPPORT_THRESHOLD,
     Attributor,
     Citation,
-    SentenceSplitter,
 )
 from answer_service.pipeline.events import (
     CitationEvent,
@@ -30,11 +37,15 @@ from answer_service.pipeline.events import (
     TokenEvent,
 )
 from answer_service.pipeline.ports import AnswerStore
-from answer_service.pipeline.prepared import PreparedAnswer
+from answer_service.pipeline.prepared import Generation, PreparedAnswer
 from answer_service.pipeline.values import error_event
 from generation.errors import GenerationError
+from generation.guard import RepetitionGuard
+from retrieval.sentences.splitter import SentenceSpan, SentenceStream
 
 logger = logging.getLogger(__name__)
+
+UnsupportedPolicy = Literal["mark", "drop", "stop"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,7 @@ class CitationConfig:
     # Answer sentences cite the prompt passages covering this share of their terms.
     threshold: float = SUPPORT_THRESHOLD
     max_sources: int = 2
+    unsupported: UnsupportedPolicy = "mark"
 
 
 async def answer_events(
@@ -57,30 +69,16 @@ async def answer_events(
         yield TokenEvent(cached.text)
         for citation in cached.citations:
             yield CitationEvent(citation)
-    parts: list[str] = []
-    citations: list[Citation] = []
+    for event in _quote_events(prepared):
+        yield event
+    writer = _AnswerWriter(prepared, config)
     error: ErrorEvent | None = None
     generation = prepared.generation
     generate_started_s = time.perf_counter()
     try:
         if generation is not None:
-            attributor = Attributor(
-                [(p.number, f"{p.title}\n{p.text}") for p in generation.prompt.passages],
-                threshold=config.threshold,
-                max_sources=config.max_sources,
-            )
-            splitter = SentenceSplitter()
-            async for delta in generation.stream:
-                if prepared.ttft_ms is None:
-                    prepared.first_token()
-                parts.append(delta.text)
-                yield TokenEvent(delta.text)
-                for sentence in splitter.feed(delta.text):
-                    citations.append(attributor.cite(sentence))
-                    yield CitationEvent(citations[-1])
-            for sentence in splitter.finish():
-                citations.append(attributor.cite(sentence))
-                yield CitationEvent(citations[-1])
+            async for event in writer.events(generation):
+                yield event
     except GenerationError as exc:
         error = error_event(exc)
         prepared.outcome = "error"
@@ -101,7 +99,124 @@ async def answer_events(
     if error is not None:
         yield error
     stats = prepared.stats()
-    cacheable = prepared.cacheable(stats, "".join(parts), citations) if not error else None
+    cacheable = prepared.cacheable(stats, writer.emitted, writer.citations) if not error else None
     if store is not None and prepared.cache_key and cacheable is not None:
         store.put(prepared.cache_key, cacheable)
     yield DoneEvent(stats)
+
+
+def _quote_events(prepared: PreparedAnswer) -> list[PipelineEvent]:
+    """A quoted answer: each sentence as a token, then its citation (source n is the n-th
+    passage in retrieval order, as the sources list them)."""
+    events: list[PipelineEvent] = []
+    text = ""
+    for n, quoted in enumerate(prepared.quote):
+        if prepared.ttft_ms is None:
+            prepared.first_token()
+        piece = quoted.text if n == 0 else " " + quoted.text
+        start = len(text) + (len(piece) - len(quoted.text))
+        text += piece
+        events.append(TokenEvent(piece))
+        citation = Citation(
+            n, start, len(text), (quoted.rank + 1,), round(quoted.probability, 4), True
+        )
+        events.append(CitationEvent(citation))
+    return events
+
+
+class _AnswerWriter:
+    """Turns the model's stream into what the client gets: the guard, the citations, and the
+    unsupported-sentence policy (which decides whether text is shown as it comes or a sentence
+    at a time)."""
+
+    def __init__(self, prepared: PreparedAnswer, config: CitationConfig) -> None:
+        self._prepared = prepared
+        self._policy = config.unsupported
+        self._config = config
+        self.emitted = ""  # what the client has been sent
+        self.citations: list[Citation] = []
+        self._generated = ""
+        self._held_from = 0  # generated text not yet sent (the sentence-at-a-time policies)
+
+    async def events(self, generation: Generation) -> AsyncIterator[PipelineEvent]:
+        attributor = Attributor(
+            [(p.number, f"{p.title}\n{p.text}") for p in generation.prompt.passages],
+            threshold=self._config.threshold,
+            max_sources=self._config.max_sources,
+        )
+        guard = RepetitionGuard()
+        sentences = SentenceStream()
+        async for delta in generation.stream:
+            self._generated += delta.text
+            if self._policy == "mark":
+                for event in self._send(delta.text):
+                    yield event
+            for span in sentences.feed(delta.text):
+                for event in self._finished(span, attributor, guard):
+                    yield event
+                if self._prepared.stopped is not None:
+                    return
+            if guard.feed(delta.text):
+                self._stop("repetition", generation)
+                return
+        for span in sentences.finish():
+            for event in self._finished(span, attributor, guard):
+                yield event
+            if self._prepared.stopped is not None:
+                return
+        if self._policy != "mark" and self._held_from < len(self._generated):
+            tail = self._generated[self._held_from :]
+            if not tail.strip():
+                for event in self._send(tail):
+                    yield event
+
+    def _finished(
+        self, span: SentenceSpan, attributor: Attributor, guard: RepetitionGuard
+    ) -> list[PipelineEvent]:
+        text = self._generated[span.start : span.end]
+        generation = self._prepared.generation
+        assert generation is not None
+        if guard.sentence(text):
+            self._stop("repetition", generation)
+            return []
+        citation = attributor.cite(span, text)
+        supported = citation is None or citation.supported
+        if citation is not None and not citation.supported:
+            self._prepared.unsupported_sentences += 1
+        if self._policy == "mark":
+            if citation is None:
+                return []
+            self.citations.append(citation)
+            return [CitationEvent(citation)]
+        if not supported:
+            if self._policy == "stop":
+                self._stop("unsupported", generation)
+            self._held_from = span.end  # dropped: never shown
+            return []
+        events = self._send(self._generated[self._held_from : span.end])
+        self._held_from = span.end
+        if citation is not None:
+            shift = len(self.emitted) - span.end
+            moved = dataclasses.replace(
+                citation,
+                sentence=len(self.citations),
+                start=span.start + shift,
+                end=span.end + shift,
+            )
+            self.citations.append(moved)
+            events.append(CitationEvent(moved))
+        return events
+
+    def _send(self, text: str) -> list[PipelineEvent]:
+        if not text:
+            return []
+        if self._prepared.ttft_ms is None:
+            self._prepared.first_token()
+        self.emitted += text
+        return [TokenEvent(text)]
+
+    def _stop(self, reason: str, generation: Generation) -> None:
+        """End the answer here and abort the server's request."""
+        self._prepared.stopped = reason
+        generation.stream.close_nowait()
+        logger.info("answer stopped trace_id=%s reason=%s", self._prepared.trace_id, reason)

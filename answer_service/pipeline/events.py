@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from answer_service.pipeline.attribution import Citation
+from budget.forms import AnswerMode
 from budget.planner import Knobs, StageTimes
 from retrieval.passage import ScoredPassage
 
@@ -23,6 +24,8 @@ class AnswerRequest:
     allow_sources_only: bool = False
     # The API key that asked (its id, on the root span): whose trace it is.
     key_id: str | None = None
+    # quote, focused, passages or auto; None: the service's default (ANSWER_MODE).
+    answer_mode: AnswerMode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,11 @@ class PlanRecord:
     cuts: tuple[Cut, ...]
     queue_wait_ms: float
     worker: str
+    # The answer form chosen (quote, focused, passages; abstain or sources_only when the model
+    # was not asked for another reason), for which mode, and why.
+    form: str = "passages"
+    mode: str = "auto"
+    form_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,7 @@ class StageTimings:
     embed_ms: float = 0.0
     search_ms: float = 0.0
     rerank_ms: float = 0.0
+    sentences_ms: float = 0.0
     prompt_ms: float = 0.0
     generate_ms: float = 0.0
 
@@ -93,6 +102,11 @@ class AnswerStats:
     worker: str = ""
     # Served whole from the answer cache.
     from_cache: bool = False
+    # The form that answered (quote, focused, passages, abstain, sources_only) and why.
+    form: str = "passages"
+    form_reason: str = ""
+    # Sentences of a generated answer that no source supports.
+    unsupported_sentences: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from answer_service.pipeline.admission import SlotQueueFullError
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.prepared import Generation, PreparedAnswer
 from answer_service.pipeline.stage_runner import StageRunner
-from answer_service.pipeline.values import context_passages, generate_attributes
+from answer_service.pipeline.values import generate_attributes
 from budget import CacheEstimator, Deadline
 from budget.planner import PromptOption
 from generation.client import GenerationClient, SamplingParams, StreamTimeouts
@@ -34,9 +34,8 @@ from generation.errors import (
     WorkerLostError,
 )
 from generation.prefix_routing import PrefixRouter
-from generation.prompt_layout import PassageLookup, Prompt
+from generation.prompt_layout import ContextPassage, PassageLookup, Prompt
 from generation.stages import PromptRequest, PromptStage, SendRequest, SendStage
-from retrieval.passage import ScoredPassage
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +70,7 @@ class GenerationSteps:
         self,
         answer: PreparedAnswer,
         hard: Deadline,
-        passages: Sequence[ScoredPassage],
+        context: Sequence[ContextPassage],
         worker: str,
         lookup: PassageLookup,
     ) -> Generation:
@@ -93,7 +92,7 @@ class GenerationSteps:
         answer.plan = answer.plan.queued(worker, slot.waited_ms)
         try:
             ahead = gate.prefilling_tokens(worker, slot)
-            prompt = await self._prompt(answer, passages, worker, lookup, ahead)
+            prompt = await self._prompt(answer, context, worker, lookup, ahead)
             uncached = self._uncached(worker, prompt)
             slot.owe(uncached)
             prefill_tokens = gate.prefilling_tokens(worker, slot) + uncached
@@ -131,7 +130,7 @@ class GenerationSteps:
     async def _prompt(
         self,
         answer: PreparedAnswer,
-        passages: Sequence[ScoredPassage],
+        context: Sequence[ContextPassage],
         worker: str,
         lookup: PassageLookup,
         prefill_ahead_tokens: float,
@@ -152,7 +151,7 @@ class GenerationSteps:
 
         request = PromptRequest(
             answer.request.query,
-            context_passages(passages),
+            context,
             answer.plan.knobs.passages,
             self._router.tree(worker),
             lookup,

@@ -28,6 +28,7 @@ from budget import CacheEstimator, Deadline
 from generation.client import TokenStream
 from generation.prefix_routing import PrefixRouter
 from generation.prompt_layout import Prompt
+from retrieval.sentences.quote import QuotedSentence
 
 
 @dataclass(slots=True)
@@ -64,6 +65,11 @@ class PreparedAnswer:
     # answer is cached under when it completes.
     cached: CachedAnswer | None = None
     cache_key: str | None = None
+    # A quoted answer: the sentences streamed with their citations, no model.
+    quote: tuple[QuotedSentence, ...] = ()
+    # Why the service ended a generated answer early (repetition, unsupported), if it did.
+    stopped: str | None = None
+    unsupported_sentences: int = 0
     _closed: bool = field(default=False)
 
     @property
@@ -108,9 +114,12 @@ class PreparedAnswer:
             completion_tokens=result.completion_tokens
             if result
             else (cached.completion_tokens if cached else 0),
-            finish_reason=result.finish_reason
-            if result
-            else (cached.finish_reason if cached else self.outcome),
+            finish_reason=self.stopped
+            or (
+                result.finish_reason
+                if result
+                else (cached.finish_reason if cached else self._finish_without_model())
+            ),
             passages_in_prompt=len(prompt.passages) if prompt else 0,
             passages_dropped=prompt.dropped_passages if prompt else 0,
             degraded=self.degraded,
@@ -118,7 +127,20 @@ class PreparedAnswer:
             expected_cached_tokens=prompt.expected_cached_tokens if prompt else 0,
             worker=generation.worker if generation else "",
             from_cache=cached is not None,
+            form=self.form,
+            form_reason=self.plan.form_reason,
+            unsupported_sentences=self.unsupported_sentences,
         )
+
+    def _finish_without_model(self) -> str:
+        return "quote" if self.quote and self.outcome == "ok" else self.outcome
+
+    @property
+    def form(self) -> str:
+        """The form that answered: the plan's, or why the model was not asked."""
+        if self.outcome in ("abstained", "sources_only"):
+            return "abstain" if self.outcome == "abstained" else "sources_only"
+        return self.plan.form
 
     def cacheable(
         self, stats: AnswerStats, text: str, citations: Sequence[Citation]

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from answer_service.pipeline.events import Cut, PlanRecord
+from budget.forms import AnswerMode
 from budget.planner import Knobs, Plan, QualityCurve, Stage, StageTimes
 
 
@@ -29,6 +30,9 @@ class RequestPlan:
     idle_floor_ms: float = 0.0
     # Whether admission lets it in.
     admitted: bool = True
+    mode: AnswerMode = "auto"
+    form: str = "passages"
+    form_reason: str = ""
 
     @classmethod
     def of(cls, plan: Plan, planner: bool, tier: str, budget_ms: float) -> RequestPlan:
@@ -59,6 +63,13 @@ class RequestPlan:
     def with_knobs(self, **changes: int) -> RequestPlan:
         return dataclasses.replace(self, knobs=dataclasses.replace(self.knobs, **changes))
 
+    def asked(self, mode: AnswerMode) -> RequestPlan:
+        return dataclasses.replace(self, mode=mode)
+
+    def answering(self, form: str, reason: str) -> RequestPlan:
+        """The re-plan after retrieval: the form that will answer, and why."""
+        return dataclasses.replace(self, form=form, form_reason=reason)
+
     def queued(self, worker: str, waited_ms: float) -> RequestPlan:
         return dataclasses.replace(self, worker=worker, queue_wait_ms=waited_ms)
 
@@ -75,4 +86,7 @@ class RequestPlan:
             cuts=self.cuts,
             queue_wait_ms=self.queue_wait_ms,
             worker=self.worker,
+            form=self.form,
+            mode=self.mode,
+            form_reason=self.form_reason,
         )

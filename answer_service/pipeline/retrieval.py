@@ -7,7 +7,7 @@ retrieval order."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from answer_service.errors import ServiceError, StageTimeoutError
 from answer_service.pipeline.events import StageTimings
@@ -24,7 +24,8 @@ from retrieval.passage import ScoredPassage
 from retrieval.rerank.base import RerankRequest
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
-from retrieval.stages import EmbedStage
+from retrieval.sentences.scorer import ScoredSentence
+from retrieval.stages import EmbedStage, SentenceRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +40,17 @@ class RetrievalConfig:
 @dataclass(frozen=True, slots=True)
 class Retrieved:
     passages: list[ScoredPassage]
-    # The query's embedding, where the mode needed one.
+    # The query's embedding.
     vector: Vectors | None
     timings: StageTimings
     degraded: tuple[str, ...] = ()
+    # The sentences of the first top_k passages, most likely to answer first.
+    sentences: list[ScoredSentence] = field(default_factory=list)
+
+    @property
+    def best_probability(self) -> float:
+        """The sentence scorer's best probability among sentences that can be quoted."""
+        return next((s.probability for s in self.sentences if s.candidate.ref.whole), 0.0)
 
 
 class CachedEmbedStage:
@@ -121,13 +129,30 @@ class RetrievalSteps:
             passages, rerank_ms = found.value, 0.0
             if rerank:
                 passages, rerank_ms = await self._rerank(retriever, answer, passages, vector, hard)
+            if vector is None:  # the mode needed none; the sentence scorer does
+                vector = (
+                    await self._runner.run(
+                        self._embed_stage(retriever), request.query, deadline, answer
+                    )
+                ).value
+            sentences = await self._runner.run(
+                retriever.sentences,
+                SentenceRequest(request.query, vector, passages[: request.top_k]),
+                deadline,
+                answer,
+            )
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        timings = StageTimings(embed_ms=embed_ms, search_ms=found.elapsed_ms, rerank_ms=rerank_ms)
+        timings = StageTimings(
+            embed_ms=embed_ms,
+            search_ms=found.elapsed_ms,
+            rerank_ms=rerank_ms,
+            sentences_ms=sentences.elapsed_ms,
+        )
         degraded = tuple(cut.reason for cut in answer.plan.cuts if cut.stage == "rerank")
-        return Retrieved(passages, vector, timings, degraded)
+        return Retrieved(passages, vector, timings, degraded, sentences.value)
 
     def _embed_stage(self, retriever: Retriever) -> EmbedStage | CachedEmbedStage:
         if self._embeddings is None:

@@ -27,26 +27,35 @@ from answer_service.errors import (
     UpstreamUnavailableError,
 )
 from answer_service.pipeline.answer_stream import CitationConfig, answer_events
-from answer_service.pipeline.attribution import ABSTAIN_BELOW, evidence
-from answer_service.pipeline.events import AnswerRequest, PipelineEvent
+from answer_service.pipeline.events import AnswerRequest, PipelineEvent, Source
+from answer_service.pipeline.forms import (
+    FormConfig,
+    FormPolicy,
+    focused_excerpts,
+    read_form_curves,
+)
 from answer_service.pipeline.generation import GenerationConfig, GenerationSteps
 from answer_service.pipeline.planning import FleetRate, PlanningConfig, RequestPlanning
 from answer_service.pipeline.ports import AnswerListener, AnswerStore, EmbeddingStore
 from answer_service.pipeline.prepared import PreparedAnswer
+from answer_service.pipeline.request_plan import RequestPlan
 from answer_service.pipeline.retrieval import RetrievalConfig, RetrievalSteps, Retrieved
 from answer_service.pipeline.stage_runner import StageRunner
 from answer_service.pipeline.values import (
+    context_passages,
     end_refused,
     numbered_sources,
     passage_lookup,
     ranked_sources,
 )
 from budget import CacheEstimator, Deadline
+from budget.forms import FormChoice, QualityCurves
 from generation.client import GenerationClient
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
-from generation.prompt_layout import ChatTemplate
+from generation.prompt_layout import ChatTemplate, ContextPassage
 from generation.stages import PromptConfig, PromptStage
 from retrieval.retriever import Retriever
+from retrieval.sentences.quote import select_quote
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +79,12 @@ class PipelineConfig:
     # A first token later than budget x factor is given up on; the budget itself is the target.
     ttft_timeout_factor: float = 4.0
     snippet_chars: int = 300
-    # A question whose best source covers less than this share of its terms gets "I do not
-    # know" without the model.
-    abstain_below: float = ABSTAIN_BELOW
+    forms: FormConfig = field(default_factory=FormConfig)
+    # Quality per form and context size, for `auto` (measured for the served model).
+    form_quality: QualityCurves | None = None
+    # A question whose best sentence is less likely than this to answer gets "I do not know"
+    # without the model; None: the scorer's calibrated threshold; 0: never.
+    abstain_below: float | None = None
     record_content: bool = False
 
 
@@ -107,6 +119,9 @@ class AnswerPipeline:
         self.router = PrefixRouter(list(self._workers), policy=config.routing)
         self.cache = CacheEstimator()
         self.planning = RequestPlanning(config.planning, list(self._workers), fleet)
+        self._forms = FormPolicy(
+            config.forms, self.planning, config.form_quality or read_form_curves()
+        )
         runner = StageRunner(tracer, self.planning)
         self._retrieval = RetrievalSteps(runner, self.planning, config.retrieval, embeddings)
         self._generation = GenerationSteps(
@@ -175,9 +190,10 @@ class AnswerPipeline:
         self, request: AnswerRequest, deadline: Deadline, root: Span
     ) -> PreparedAnswer:
         retriever = self._retriever  # one index for the whole request
+        mode = self._forms.mode_of(request.answer_mode)
         cache_key, hit = None, None
         if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
-            cache_key = self.answer_cache.key(request.query, request.top_k, "passages")
+            cache_key = self.answer_cache.key(request.query, request.top_k, mode)
             hit = await self.answer_cache.get(cache_key)
             root.set_attribute("answer.cache_hit", hit is not None)
         answer = PreparedAnswer(
@@ -203,63 +219,104 @@ class AnswerPipeline:
         if hit is not None:
             answer.cached, answer.sources = hit, hit.sources
             return answer
+        answer.plan = answer.plan.asked(mode)
         plan = answer.plan
-        # Refused (or sources only) when admission says no plan makes the budget.
-        sources_only = plan.planner and not plan.admitted
+        # Admission: when no generation can make the budget, a quote if the mode allows one,
+        # else sources only where asked for, else a refusal.
+        no_model = plan.planner and not plan.admitted
+        quote_instead = no_model and mode in ("auto", "quote")
+        sources_only = no_model and not quote_instead
         if sources_only and not request.allow_sources_only:
-            if plan.idle_floor_ms > request.ttft_budget_ms:  # no load would make it fit
-                raise InvalidRequestError(
-                    f"`ttft_budget_ms` is {request.ttft_budget_ms}; even an idle worker takes "
-                    f"about {plan.idle_floor_ms:.0f} ms to a first token here: ask for more "
-                    "or allow a sources-only answer"
-                )
-            predicted = plan.plan.predicted_ms.total
-            raise OverloadedError(
-                f"no plan can make the {request.ttft_budget_ms} ms budget now (the smallest "
-                f"is predicted to take {predicted:.0f} ms); retry later or allow a sources-only "
-                "answer",
-                retry_after_s=self.planning.retry_after_s(),
-            )
-        if sources_only:  # the sources a full answer would have had, no rerank, no prompt
+            raise self._refusal(request, plan)
+        if no_model:  # the sources a full answer would have had, no rerank, no prompt
             answer.plan = plan.with_knobs(
                 rerank_depth=0, passages=request.top_k, retrieve_k=request.top_k
             )
         hard = self.hard_deadline(deadline)
-        retrieved = await self._retrieval.run(retriever, answer, hard, rerank=not sources_only)
+        retrieved = await self._retrieval.run(retriever, answer, hard, rerank=not no_model)
         answer.timings, answer.degraded = retrieved.timings, retrieved.degraded
-        strength = evidence(
-            request.query,
-            [
-                f"{sp.passage.title}\n{sp.passage.text}"
-                for sp in retrieved.passages[: request.top_k]
-            ],
-        )
-        root.set_attribute("answer.evidence", strength)
-        if sources_only or strength < self._config.abstain_below:
-            answer.sources = ranked_sources(
-                retrieved.passages, request.top_k, self._config.snippet_chars
+        root.set_attribute("answer.evidence", round(retrieved.best_probability, 4))
+        if sources_only:
+            answer.sources = self._ranked(retrieved, request.top_k)
+            answer.plan = answer.plan.cut("passages", "no plan makes the budget: sources only", 0)
+            answer.outcome = "sources_only"
+            return answer
+        if retrieved.best_probability < self._abstain_below():
+            # The service says it does not know; the model is not asked.
+            answer.sources = self._ranked(retrieved, request.top_k)
+            answer.plan = answer.plan.answering(
+                "abstain",
+                f"no sentence is likely to answer (best {retrieved.best_probability:.2f} < "
+                f"{self._abstain_below():.2f})",
             )
-            if sources_only:
-                answer.plan = answer.plan.cut(
-                    "passages", "no plan makes the budget: sources only", 0
-                )
-                answer.outcome = "sources_only"
-            else:  # the service says it does not know; the model is not asked
+            answer.outcome = "abstained"
+            return answer
+        if quote_instead:
+            choice = FormChoice("quote", 0, 0.0, 0.0, "no generation makes the budget: a quote")
+        else:
+            choice = self._forms.choose(
+                answer, retrieved.sentences, self.planning.gate.least_loaded()
+            )
+        answer.plan = answer.plan.answering(choice.form, choice.reason)
+        if choice.form == "quote":
+            answer.quote = tuple(
+                select_quote(retrieved.sentences, self._forms.config.quote, request.query)
+            )
+            answer.sources = self._ranked(retrieved, request.top_k)
+            if not answer.quote:  # nothing quotable (code, fragments): say so
                 answer.outcome = "abstained"
             return answer
-        await self._generate(answer, retriever, retrieved, hard)
+        if choice.form == "focused":
+            context = focused_excerpts(
+                retrieved.sentences, max(choice.context, 1), self._forms.config.neighbours
+            )
+        else:
+            context = context_passages(retrieved.passages)
+        if plan.mode == "auto" and choice.context:
+            answer.plan = answer.plan.with_knobs(passages=min(choice.context, len(context)))
+        elif choice.form == "focused":
+            answer.plan = answer.plan.with_knobs(passages=len(context))
+        await self._generate(answer, retriever, retrieved, context, hard)
         return answer
 
+    def _abstain_below(self) -> float:
+        below = self._config.abstain_below
+        return self._forms.config.quote.min_probability if below is None else below
+
+    def _ranked(self, retrieved: Retrieved, top_k: int) -> tuple[Source, ...]:
+        """The first `top_k` in retrieval order (a quote cites passage n as source n)."""
+        return ranked_sources(retrieved.passages, top_k, self._config.snippet_chars)
+
+    def _refusal(self, request: AnswerRequest, plan: RequestPlan) -> ServiceError:
+        if plan.idle_floor_ms > request.ttft_budget_ms:  # no load would make it fit
+            return InvalidRequestError(
+                f"`ttft_budget_ms` is {request.ttft_budget_ms}; even an idle worker takes "
+                f"about {plan.idle_floor_ms:.0f} ms to a first token here: ask for more, "
+                "ask for `answer_mode` quote or auto, or allow a sources-only answer"
+            )
+        predicted = plan.plan.predicted_ms.total
+        return OverloadedError(
+            f"no plan can make the {request.ttft_budget_ms} ms budget now (the smallest is "
+            f"predicted to take {predicted:.0f} ms); retry later, ask for `answer_mode` quote "
+            "or auto, or allow a sources-only answer",
+            retry_after_s=self.planning.retry_after_s(),
+        )
+
     async def _generate(
-        self, answer: PreparedAnswer, retriever: Retriever, retrieved: Retrieved, hard: Deadline
+        self,
+        answer: PreparedAnswer,
+        retriever: Retriever,
+        retrieved: Retrieved,
+        context: Sequence[ContextPassage],
+        hard: Deadline,
     ) -> None:
-        ids = [sp.passage.passage_id for sp in retrieved.passages]
+        ids = [p.source_id for p in context]
         lookup = passage_lookup(retriever.index.passage_by_id)
         for attempt in range(2):  # a worker that is gone: once more, on another
             worker = self.router.choose(ids, foreign=self._config.prompt.adopt)
             try:
                 answer.generation = await self._generation.open(
-                    answer, hard, retrieved.passages, worker, lookup
+                    answer, hard, context, worker, lookup
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)

@@ -10,6 +10,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from answer_service.errors import ServiceError
 from answer_service.pipeline.events import ErrorEvent, PlanRecord, Source
+from budget.planner import STAGES
 from generation.client import GenerationResult
 from generation.errors import GenerationError, GenerationTimeoutError, SGLangUnavailableError
 from generation.prompt_layout import ContextPassage, Prompt
@@ -105,7 +106,7 @@ def plan_attributes(plan: PlanRecord) -> dict[str, str | bool | float | int]:
         "plan.queue_wait_ms": plan.queue_wait_ms,
         "plan.cuts": len(plan.cuts),
     }
-    for stage in ("embed", "search", "rerank", "prompt", "first_token"):
+    for stage in STAGES:
         attributes[f"plan.predicted_ms.{stage}"] = round(getattr(plan.predicted_ms, stage), 2)
         attributes[f"plan.actual_ms.{stage}"] = round(getattr(plan.actual_ms, stage), 2)
     for n, cut in enumerate(plan.cuts):

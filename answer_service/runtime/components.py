@@ -22,6 +22,7 @@ from answer_service.runtime.configs import (
     embedder_config,
     pipeline_config,
     reranker_config,
+    scorer_weights,
     search_config,
 )
 from answer_service.runtime.fleet_rate import FleetArrivals
@@ -246,6 +247,7 @@ class Components:
             device=index.device,
             index_max_gpu_bytes=share_bytes,
             search=search_config(settings),
+            scorer=scorer_weights(settings),
             max_workers=settings.retrieval_workers,
         )
 

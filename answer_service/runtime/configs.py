@@ -5,6 +5,7 @@ and the embedder's. Nothing below `answer_service/runtime` reads the settings.""
 from __future__ import annotations
 
 from answer_service.pipeline.answer_stream import CitationConfig
+from answer_service.pipeline.forms import FormConfig, read_form_curves
 from answer_service.pipeline.generation import GenerationConfig
 from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
 from answer_service.pipeline.retrieval import RetrievalConfig
@@ -16,6 +17,8 @@ from retrieval.index.ann import SearchDepth
 from retrieval.rerank.base import RerankerConfig
 from retrieval.search.base import SearchConfig
 from retrieval.search.fusion import FusionConfig
+from retrieval.sentences.quote import read_quote_config
+from retrieval.sentences.scorer import ScorerWeights
 
 
 def pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:
@@ -41,8 +44,16 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             adopt=settings.prompt_cache_adopt,
         ),
         citations=CitationConfig(
-            threshold=settings.citation_threshold, max_sources=settings.max_citation_sources
+            threshold=settings.citation_threshold,
+            max_sources=settings.max_citation_sources,
+            unsupported=settings.unsupported,
         ),
+        forms=FormConfig(
+            mode=settings.mode,
+            quote=read_quote_config(settings.sentence_scorer_file),
+            neighbours=settings.focused_neighbours,
+        ),
+        form_quality=read_form_curves(settings.form_curves_file),
         planning=planning_config(settings, slack),
         routing=settings.sglang_routing,
         ttft_timeout_factor=settings.ttft_timeout_factor,
@@ -71,6 +82,10 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
         if settings.planner_quality_file
         else DEFAULT_QUALITY,
     )
+
+
+def scorer_weights(settings: Settings) -> ScorerWeights:
+    return ScorerWeights.read(settings.sentence_scorer_file)
 
 
 def search_config(settings: Settings) -> SearchConfig:

@@ -10,9 +10,10 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX
-from answer_service.pipeline.attribution import ABSTAIN_BELOW, SUPPORT_THRESHOLD
+from answer_service.pipeline.attribution import SUPPORT_THRESHOLD
 from answer_service.pipeline.planning import read_quality_curves
 from answer_service.runtime.auth import read_api_keys
+from budget.forms import AnswerMode
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.rerank.base import DEFAULT_RERANKER
 from retrieval.search.base import registered_modes
@@ -139,14 +140,30 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(default=2000, ge=1)
     snippet_chars: int = Field(default=300, ge=0)
 
+    # The answer form a request gets unless it asks (`answer_mode`; ANSWER_MODE): quote (the
+    # sentences of the sources that answer, no model), focused (the model answers from those
+    # sentences and their neighbours), passages (from whole passages), or auto (the planner
+    # picks per request from the measured quality of each form and the time left).
+    mode: AnswerMode = "auto"
+    # Quality per form and context size for `auto` (`python -m eval.calibrate.form_curves`);
+    # default: the curves shipped for SmolLM2-135M-Instruct.
+    form_curves_file: Path | None = None
+    # The sentence scorer's weights and the quote's selection
+    # (`python -m eval.calibrate.sentence_scorer`); default: the ones shipped.
+    sentence_scorer_file: Path | None = None
+    # Sentences on each side of a chosen one in a focused excerpt.
+    focused_neighbours: int = Field(default=1, ge=0, le=5)
     # Citations the service attributes: an answer sentence cites the prompt passages holding at
-    # least this share of its content terms (at most `max_citation_sources` of them). A
-    # question whose best source holds less than `abstain_below` of its terms is answered
-    # "I do not know" without the model (0 turns that off). Both measured on SQuAD:
-    # eval/results/citation-thresholds.json.
+    # least this share of its content terms (at most `max_citation_sources` of them); measured
+    # on SQuAD: eval/results/citation-thresholds.json. A generated sentence no passage
+    # supports is `mark`ed (shown, its citation says supported: false), `drop`ped (each
+    # sentence is held until checked) or `stop`s the answer.
     citation_threshold: float = Field(default=SUPPORT_THRESHOLD, gt=0.0, le=1.0)
     max_citation_sources: int = Field(default=2, ge=1, le=20)
-    abstain_below: float = Field(default=ABSTAIN_BELOW, ge=0.0, le=1.0)
+    unsupported: Literal["mark", "drop", "stop"] = "mark"
+    # A question whose best sentence the scorer gives less than this chance to answer gets
+    # "I do not know" without the model; default: the scorer's calibrated threshold; 0: never.
+    abstain_below: float | None = Field(default=None, ge=0.0, le=1.0)
 
     # Freeze the start-up heap out of the garbage collector's walks once warm, so a full
     # collection does not stall every answer for the ~550k objects torch and the models left

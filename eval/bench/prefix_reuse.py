@@ -56,6 +56,7 @@ from typing import Any
 from answer_service.runtime.settings import Settings
 from eval.commands.answers import (
     AnswerRecord,
+    Ask,
     Question,
     collect_answers,
     in_process_answering,
@@ -269,8 +270,8 @@ async def _answer_all(
                 source,
                 [item.question for item in items],
                 checkpoint,
-                budget_ms=args.ttft_budget_ms,
-                top_k=args.top_k,
+                # Prefix reuse is a property of generated answers: every request prompts.
+                Ask(args.ttft_budget_ms, args.top_k, "passages"),
                 concurrency=args.concurrency,
             )
     finally:

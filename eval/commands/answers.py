@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
@@ -44,6 +45,7 @@ from answer_service.pipeline.runner import AnswerPipeline
 from answer_service.runtime.components import Components
 from answer_service.runtime.settings import Settings
 from budget import Deadline
+from budget.forms import AnswerMode
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import percentiles
 from eval.lib.squad_metrics import (
@@ -54,10 +56,12 @@ from eval.lib.squad_metrics import (
     cited_numbers,
     exact_match,
     f1,
+    normalize_answer,
     strip_citations,
 )
 from retrieval.errors import CorpusFormatError
 from retrieval.jsonl import json_objects, unique_id
+from retrieval.sentences.splitter import split_sentences
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,8 @@ class Question:
     question: str
     answers: tuple[str, ...]
     gold_passage_id: str | None = None
+    # Its gold passage was taken out of the index (`--remove-gold`): abstaining is right.
+    gold_removed: bool = False
 
 
 def read_questions(path: Path) -> list[Question]:
@@ -102,6 +108,19 @@ class AnswerRecord:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     error: str | None = None
+    # How it was answered: the form (quote, focused, passages, abstain, sources_only), whether
+    # from the answer cache, how generation ended, and its sentences (those the service could
+    # not attribute to a source among them).
+    form: str = ""
+    from_cache: bool = False
+    finish_reason: str = ""
+    sentences: int = 0
+    unsupported_sentences: int = 0
+
+    @property
+    def model_served(self) -> bool:
+        """Answered by the model now (not a quote, the cache, an abstention or sources)."""
+        return self.form in ("focused", "passages") and not self.from_cache
 
     @classmethod
     def of(cls, value: dict[str, Any]) -> AnswerRecord:
@@ -126,6 +145,7 @@ class _Collector:
         self.ttft_ms: float | None = None
         self.done: dict[str, Any] = {}
         self.error: str | None = None
+        self.sentences = 0
 
     def sources_event(self, doc_ids: Sequence[str]) -> None:
         self.sources = list(doc_ids)
@@ -136,12 +156,15 @@ class _Collector:
         self.parts.append(text)
 
     def citation(self, numbers: Sequence[int]) -> None:
+        self.sentences += 1
         self.cited += [self.sources[n - 1] for n in numbers if 0 < n <= len(self.sources)]
 
     def record(self, status: str | None = None) -> AnswerRecord:
         answer = "".join(self.parts)
+        sentences = self.sentences
         if not self.cited:
             self.citation(cited_numbers(answer))
+            self.sentences = sentences
         return AnswerRecord(
             question_id=self.question_id,
             status=status or ("error" if self.error else "ok"),
@@ -154,11 +177,26 @@ class _Collector:
             prompt_tokens=int(self.done.get("prompt_tokens", 0)),
             cached_tokens=int(self.done.get("cached_tokens", 0)),
             error=self.error,
+            form=str(self.done.get("form", "")),
+            from_cache=bool(self.done.get("from_cache", False)),
+            finish_reason=str(self.done.get("finish_reason", "")),
+            sentences=self.sentences,
+            unsupported_sentences=int(self.done.get("unsupported_sentences", 0)),
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """How every question of a run is asked."""
+
+    budget_ms: int
+    top_k: int
+    # quote, focused, passages or auto; None: the service's default.
+    answer_mode: AnswerMode | None = None
+
+
 class AnsweringSource(Protocol):
-    async def answer(self, question: Question, budget_ms: int, top_k: int) -> AnswerRecord: ...
+    async def answer(self, question: Question, ask: Ask) -> AnswerRecord: ...
 
 
 class InProcessAnswering:
@@ -167,11 +205,13 @@ class InProcessAnswering:
     def __init__(self, pipeline: AnswerPipeline) -> None:
         self._pipeline = pipeline
 
-    async def answer(self, question: Question, budget_ms: int, top_k: int) -> AnswerRecord:
+    async def answer(self, question: Question, ask: Ask) -> AnswerRecord:
         collector = _Collector(question.question_id)
-        request = AnswerRequest(question.question, budget_ms, top_k)
+        request = AnswerRequest(
+            question.question, ask.budget_ms, ask.top_k, answer_mode=ask.answer_mode
+        )
         try:
-            prepared = await self._pipeline.prepare(request, Deadline.after_ms(budget_ms))
+            prepared = await self._pipeline.prepare(request, Deadline.after_ms(ask.budget_ms))
         except ServiceError as exc:
             collector.error = f"{exc.code}: {exc.message}"
             return collector.record("rejected" if exc.status_code in (429, 503) else "error")
@@ -214,9 +254,15 @@ class HttpAnswering:
         self._http = http
         self._url = url.rstrip("/")
 
-    async def answer(self, question: Question, budget_ms: int, top_k: int) -> AnswerRecord:
+    async def answer(self, question: Question, ask: Ask) -> AnswerRecord:
         collector = _Collector(question.question_id)
-        body = {"query": question.question, "ttft_budget_ms": budget_ms, "top_k": top_k}
+        body: dict[str, Any] = {
+            "query": question.question,
+            "ttft_budget_ms": ask.budget_ms,
+            "top_k": ask.top_k,
+        }
+        if ask.answer_mode is not None:
+            body["answer_mode"] = ask.answer_mode
         async with self._http.stream("POST", f"{self._url}/v1/answer", json=body) as response:
             if response.status_code != 200:
                 await response.aread()
@@ -241,9 +287,8 @@ async def collect_answers(
     source: AnsweringSource,
     questions: Sequence[Question],
     checkpoint: RunCheckpoint,
+    ask: Ask,
     *,
-    budget_ms: int,
-    top_k: int,
     concurrency: int = 1,
     progress: bool = True,
 ) -> list[AnswerRecord]:
@@ -260,7 +305,7 @@ async def collect_answers(
 
         async def worker() -> None:
             for question in pending:
-                record = await source.answer(question, budget_ms, top_k)
+                record = await source.answer(question, ask)
                 checkpoint.record(question.question_id, asdict(record))
                 bar.update(1)
 
@@ -273,10 +318,12 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]) -> dict[str, Any]:
-    """The metrics of a run (see the module docstring). Failed requests score 0 on quality."""
+    """The metrics of a run (see the module docstring). Failed requests score 0 on quality; an
+    abstention on an answerable question is a miss."""
     by_id = {r.question_id: r for r in records}
-    answerable = [q for q in questions if q.answers]
-    unanswerable = [q for q in questions if not q.answers]
+    answerable = [q for q in questions if q.answers and not q.gold_removed]
+    removed = [q for q in questions if q.gold_removed]
+    unanswerable = [q for q in questions if not q.answers and not q.gold_removed]
     with_gold = [q for q in questions if q.gold_passage_id]
     precisions = [
         p
@@ -285,8 +332,11 @@ def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]
         is not None
     ]
     answer = {r.question_id: strip_citations(r.answer) for r in records}
-    ttfts = [r.ttft_ms for r in records if r.ttft_ms is not None]
+    ok = [r for r in records if r.status == "ok"]
+    model = [r for r in ok if r.model_served]
+    words = [len(answer[r.question_id].split()) for r in ok if not abstains(r.answer)]
     prompt_tokens = sum(r.prompt_tokens for r in records)
+    forms = sorted({r.form for r in ok})
     return {
         "exact_match": _mean([exact_match(answer[q.question_id], q.answers) for q in answerable]),
         "f1": _mean([f1(answer[q.question_id], q.answers) for q in answerable]),
@@ -306,7 +356,18 @@ def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]
             [float(q.gold_passage_id in by_id[q.question_id].source_doc_ids) for q in with_gold]
         ),
         "abstention_rate": _mean(
-            [float(abstains(by_id[q.question_id].answer)) for q in unanswerable]
+            [float(abstains(by_id[q.question_id].answer)) for q in unanswerable + removed]
+        ),
+        # With its gold passage removed a question is answered right by abstaining, or by an
+        # answer that still holds the gold string (from another passage).
+        "right_when_gold_removed": _mean(
+            [
+                float(
+                    abstains(by_id[q.question_id].answer)
+                    or answer_recall(answer[q.question_id], q.answers) > 0
+                )
+                for q in removed
+            ]
         ),
         "false_abstention_rate": _mean(
             [
@@ -315,12 +376,59 @@ def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]
                 if by_id[q.question_id].status == "ok"
             ]
         ),
-        "ttft_ms": percentiles(ttfts),
-        "e2e_ms": percentiles([r.e2e_ms for r in records if r.status == "ok"]),
+        "repetition_rate": _mean([float(repeats(r)) for r in ok]),
+        "unsupported_sentence_rate": round(
+            sum(r.unsupported_sentences for r in model) / sum(r.sentences for r in model), 4
+        )
+        if sum(r.sentences for r in model)
+        else None,
+        "words": {
+            "median": statistics.median(words) if words else None,
+            "p90": round(float(np.percentile(words, 90)), 1) if words else None,
+            "max": max(words) if words else None,
+        },
+        "by_form": {
+            form: {
+                "answers": sum(r.form == form for r in ok),
+                "answer_recall": _mean(
+                    [
+                        answer_recall(answer[q.question_id], q.answers)
+                        for q in answerable
+                        if by_id[q.question_id].form == form
+                    ]
+                ),
+            }
+            for form in forms
+        },
+        "from_cache": sum(r.from_cache for r in ok),
+        # The first token as the client saw it: answers the model gave now apart from those
+        # given without it (a quote, the cache, an abstention), whose first token says nothing
+        # about generation.
+        "ttft_ms": percentiles([r.ttft_ms for r in records if r.ttft_ms is not None]),
+        "ttft_ms_model": percentiles([r.ttft_ms for r in model if r.ttft_ms is not None]),
+        "ttft_ms_without_model": percentiles(
+            [r.ttft_ms for r in ok if not r.model_served and r.ttft_ms is not None]
+        ),
+        "e2e_ms": percentiles([r.e2e_ms for r in ok]),
         "cached_token_share": round(sum(r.cached_tokens for r in records) / prompt_tokens, 4)
         if prompt_tokens
         else None,
-        "ok": sum(r.status == "ok" for r in records),
+        "ok": len(ok),
+        "model_served": len(model),
         "errored": sum(r.status == "error" for r in records),
         "rejected": sum(r.status == "rejected" for r in records),
     }
+
+
+def repeats(record: AnswerRecord) -> bool:
+    """Whether the answer repeats a sentence (of four words or more), or was stopped for it."""
+    if record.finish_reason == "repetition":
+        return True
+    seen: set[tuple[str, ...]] = set()
+    for span in split_sentences(record.answer):
+        words = tuple(normalize_answer(record.answer[span.start : span.end]).split())
+        if len(words) >= 4:
+            if words in seen:
+                return True
+            seen.add(words)
+    return False

@@ -21,10 +21,12 @@ import httpx
 
 from answer_service.errors import ServiceError
 from answer_service.runtime.settings import Settings
+from budget.forms import MODES
 from eval.calibrate.citations import calibrate, corpus_without, retrieve_all
 from eval.calibrate.citations import write as write_calibration
 from eval.commands.answers import (
     AnsweringSource,
+    Ask,
     HttpAnswering,
     Question,
     collect_answers,
@@ -125,8 +127,11 @@ async def _answers(args: argparse.Namespace) -> int:
             raise ServiceError("--remove-gold needs --passages and in-process answering")
         gold = {q.gold_passage_id for q in questions if q.gold_passage_id}
         args.passages = corpus_without(args.passages, gold, _CACHE / "corpora")
-        # Without their gold passages they count as unanswerable: abstaining is right.
-        questions = [dataclasses.replace(q, answers=(), gold_passage_id=None) for q in questions]
+        # Without their gold passages abstaining is right (and so is an answer that still holds
+        # the gold string, found in another passage).
+        questions = [
+            dataclasses.replace(q, gold_passage_id=None, gold_removed=True) for q in questions
+        ]
     identity = {
         "command": "answers",
         "questions": str(args.questions),
@@ -137,6 +142,7 @@ async def _answers(args: argparse.Namespace) -> int:
         "url": args.url,
         "ttft_budget_ms": args.ttft_budget_ms,
         "top_k": args.top_k,
+        "answer_mode": args.answer_mode,
         "remove_gold": args.remove_gold,
     }
     checkpoint = RunCheckpoint(args.out, identity)
@@ -156,8 +162,7 @@ async def _answers(args: argparse.Namespace) -> int:
                 source,
                 questions,
                 checkpoint,
-                budget_ms=args.ttft_budget_ms,
-                top_k=args.top_k,
+                Ask(args.ttft_budget_ms, args.top_k, args.answer_mode),
                 concurrency=args.concurrency,
             )
     except BaseException:
@@ -251,6 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     answers.add_argument("--seed", type=int, default=0)
     answers.add_argument("--ttft-budget-ms", type=int, default=3000)
     answers.add_argument("--top-k", type=int, default=5, help="passages per answer")
+    answers.add_argument(
+        "--answer-mode",
+        choices=MODES,
+        help="quote, focused, passages or auto (default: the service's, ANSWER_MODE)",
+    )
     answers.add_argument("--concurrency", type=int, default=1, help="questions in flight")
     answers.add_argument("--request-timeout-s", type=float, default=120.0)
     answers.add_argument(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +34,25 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+def measured_at() -> str:
+    """The commit the measurement ran at, with `-dirty` when tracked files had changes."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
 def write_result(
     out: Path,
     command: str,
@@ -44,6 +64,7 @@ def write_result(
     """Write the result JSON; `extra` adds top-level keys (e.g. the raw per-request records)."""
     result = {
         "command": command,
+        "commit": measured_at(),
         "metrics": metrics,
         "config": config,
         "dataset": dataset,

@@ -28,6 +28,9 @@ _ABSTENTION = re.compile(
 )
 
 
+_LISTED = re.compile(r"\b(closest|retrieved) (sources|passages) are (listed|shown)\b", re.I)
+
+
 def normalize_answer(text: str) -> str:
     """The official SQuAD v1.1 normalisation."""
     text = text.lower()
@@ -91,5 +94,11 @@ def citation_recall(cited: Collection[str], gold: Collection[str]) -> float | No
 
 
 def abstains(answer: str) -> bool:
-    """Whether the answer declines to answer (says it does not know)."""
-    return bool(_ABSTENTION.search(answer)) or not answer.strip()
+    """Whether the answer declines to answer: it says it does not know and says nothing else
+    (the service's "The closest sources are listed." aside). "I do not know" followed by a
+    guess is an answer, and a wrong one if the guess is."""
+    if not answer.strip():
+        return True
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", strip_citations(answer).strip()) if s]
+    declines = [bool(_ABSTENTION.search(s)) or bool(_LISTED.search(s)) for s in sentences]
+    return bool(_ABSTENTION.search(answer)) and all(declines)

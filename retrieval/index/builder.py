@@ -186,7 +186,7 @@ def build_index(
             hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
             lexical_index="bm25" if lexical else None,
         )
-        writer.commit(manifest, ann)
+        writer.commit(manifest, ann, embedder)
     except BaseException:
         writer.close()
         raise

@@ -26,7 +26,8 @@ from retrieval.passage import Passage, ScoredPassage
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+# 3: the passages' sentences and their vectors are stored with the index (sentences/).
+FORMAT_VERSION = 3
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.jsonl"
@@ -108,14 +109,23 @@ class FaissIndex:
     def passage(self, row: int) -> Passage:
         return self._passages[row]
 
-    def passage_by_id(self, passage_id: str) -> Passage | None:
-        """The passage with this id, if the index holds it (the id map is built on first use:
-        only cache-aware adoption asks, see generation/prefix_order.py)."""
+    def row_of(self, passage_id: str) -> int:
+        rows = self._rows()
+        if passage_id not in rows:
+            raise RetrievalError(f"the index holds no passage {passage_id!r}")
+        return rows[passage_id]
+
+    def _rows(self) -> dict[str, int]:
         rows = self._rows_by_id
         if rows is None:
             rows = {passage.passage_id: row for row, passage in enumerate(self._passages)}
             self._rows_by_id = rows
-        row = rows.get(passage_id)
+        return rows
+
+    def passage_by_id(self, passage_id: str) -> Passage | None:
+        """The passage with this id, if the index holds it (the id map is built on first use:
+        only cache-aware adoption asks, see generation/prefix_order.py)."""
+        row = self._rows().get(passage_id)
         return None if row is None else self._passages[row]
 
     def search_rows(
@@ -201,8 +211,17 @@ def check_manifest(
     directory: Path,
 ) -> None:
     problems = []
-    if manifest.format_version != FORMAT_VERSION:
-        problems.append(f"format version {manifest.format_version}, expected {FORMAT_VERSION}")
+    if manifest.format_version < FORMAT_VERSION:
+        problems.append(
+            f"format version {manifest.format_version} is older than this service's "
+            f"{FORMAT_VERSION} (it lacks the sentences and their vectors that quoted answers "
+            "need)"
+        )
+    elif manifest.format_version > FORMAT_VERSION:
+        problems.append(
+            f"format version {manifest.format_version} is newer than this service's "
+            f"{FORMAT_VERSION}"
+        )
     if manifest.embedder != embedder:
         problems.append(f"built with embedder {manifest.embedder!r}, service uses {embedder!r}")
     if manifest.dimension != dimension:
@@ -215,7 +234,7 @@ def check_manifest(
         raise IndexMismatchError(
             f"index at {directory} does not match: "
             + "; ".join(problems)
-            + ". Rebuild it with `answer-service index build`."
+            + f". Rebuild it: `answer-service index build CORPUS.jsonl --out {directory}`."
         )
 
 

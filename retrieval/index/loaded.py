@@ -1,5 +1,6 @@
-"""An index directory, opened: the faiss index of its passages and, where it was built, the
-BM25 index over the same rows. Search modes are built from this (`retrieval/search/`)."""
+"""An index directory, opened: the faiss index of its passages, their sentences with vectors and,
+where it was built, the BM25 index over the same rows. Search modes are built from this
+(`retrieval/search/`), the sentence scorer reads the sentences."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from pathlib import Path
 from retrieval.index.bm25_index import BM25Index
 from retrieval.index.faiss_index import FaissIndex, IndexManifest
 from retrieval.passage import Passage
+from retrieval.sentences.store import SentenceStore
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedIndex:
     directory: Path
     dense: FaissIndex
+    sentences: SentenceStore
     lexical: BM25Index | None = None
 
     @property
@@ -29,6 +32,10 @@ class LoadedIndex:
 
     def passage_by_id(self, passage_id: str) -> Passage | None:
         return self.dense.passage_by_id(passage_id)
+
+    def row_of(self, passage_id: str) -> int:
+        """The row of a passage this index holds (its sentences are the row's)."""
+        return self.dense.row_of(passage_id)
 
     @classmethod
     def open(
@@ -54,4 +61,5 @@ class LoadedIndex:
         lexical = None
         if dense.manifest.lexical_index == "bm25":
             lexical = BM25Index.load(directory, len(dense))
-        return cls(directory, dense, lexical)
+        sentences = SentenceStore.load(directory, len(dense), dimension)
+        return cls(directory, dense, sentences, lexical)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from retrieval.embedder import Vectors, passage_embedding_text
+from retrieval.embedder import Embedder, Vectors, passage_embedding_text
 from retrieval.index.ann import AnnConfig, build_search_index
 from retrieval.index.bm25_index import BM25Config, BM25Index
 from retrieval.index.faiss_index import (
@@ -33,6 +34,7 @@ from retrieval.index.faiss_index import (
     read_passages,
 )
 from retrieval.passage import Passage
+from retrieval.sentences.store import SentenceStore
 
 logger = logging.getLogger(__name__)
 
@@ -105,15 +107,25 @@ class IndexWriter:
             self.staging / PROGRESS_FILE, Checkpoint(self.resumed.key, documents, passages)
         )
 
-    def commit(self, manifest: IndexManifest, ann: AnnConfig) -> None:
-        """Build the manifest's kind of index from the vectors added, then swap it in."""
+    def commit(self, manifest: IndexManifest, ann: AnnConfig, embedder: Embedder) -> None:
+        """Build the manifest's kind of index from the vectors added, the lexical index and the
+        sentences with their vectors, then swap it all in."""
         self._passages_file.close()
         self._vectors_file.close()
         index = build_search_index(self._index, manifest.index_type, ann)
         faiss.write_index(index, str(self.staging / INDEX_FILE))
+        passages = list(read_passages(self.staging / PASSAGES_FILE))
         if manifest.lexical_index == "bm25":
-            texts = [passage_embedding_text(p) for p in read_passages(self.staging / PASSAGES_FILE)]
+            texts = [passage_embedding_text(p) for p in passages]
             BM25Index.build(texts, BM25Config()).save(self.staging)
+        started_s = time.monotonic()
+        sentences = SentenceStore.build(passages, embedder)
+        sentences.save(self.staging)
+        logger.info(
+            "sentences embedded sentences=%d seconds=%.1f",
+            len(sentences),
+            time.monotonic() - started_s,
+        )
         (self.staging / VECTORS_FILE).unlink()
         (self.staging / PROGRESS_FILE).unlink()
         (self.staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")

@@ -12,6 +12,7 @@ from retrieval.index.ann import AnnConfig, SearchDepth
 from retrieval.index.faiss_index import FaissIndex, IndexManifest
 from retrieval.index.writer import IndexWriter
 from retrieval.passage import Passage
+from tests.fakes.hash_embedder import HashEmbedder
 
 DIMENSION = 32
 COUNT = 4_000
@@ -44,7 +45,7 @@ def _build(tmp_path: Path, kind: str, **ann: object) -> FaissIndex:
         index_type=resolved,
         nlist=config.lists_for(COUNT) if resolved == "ivf" else None,
     )
-    writer.commit(manifest, config)
+    writer.commit(manifest, config, HashEmbedder(DIMENSION, name="synthetic"))
     return FaissIndex.load(tmp_path / kind, embedder="synthetic", dimension=DIMENSION)
 
 

@@ -118,6 +118,7 @@ def test_slo_attainment_counts_admitted_requests_over_rolling_windows() -> None:
         "embed",
         "search",
         "rerank",
+        "sentences",
         "prompt",
         "first_token",
     ]

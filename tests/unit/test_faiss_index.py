@@ -108,7 +108,8 @@ def test_failed_build_leaves_no_index(corpus: Path, tmp_path: Path) -> None:
 
 
 class FlakyEmbedder(HashEmbedder):
-    """Counts what it embeds; raises once `fail_after` texts have been embedded."""
+    """Counts the passages it embeds (texts "title\ntext"; the sentences embedded once the
+    passages are in have no title); raises once `fail_after` passages have been embedded."""
 
     def __init__(self, fail_after: int | None = None) -> None:
         super().__init__()
@@ -116,9 +117,10 @@ class FlakyEmbedder(HashEmbedder):
         self.embedded = 0
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
-        if self.fail_after is not None and self.embedded + len(texts) > self.fail_after:
+        passages = sum("\n" in text for text in texts)
+        if self.fail_after is not None and self.embedded + passages > self.fail_after:
             raise RuntimeError("embedder crashed")
-        self.embedded += len(texts)
+        self.embedded += passages
         return super().encode(texts, batch_size=batch_size)
 
 
@@ -179,7 +181,7 @@ def test_a_changed_corpus_does_not_resume_a_stale_build(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         build_index(corpus, tmp_path / "idx", FlakyEmbedder(10), progress=False)
     with corpus.open("a") as out:
-        out.write(json.dumps({"_id": "late", "title": "", "text": "late words"}) + "\n")
+        out.write(json.dumps({"_id": "late", "title": "Late", "text": "late words"}) + "\n")
     fresh = FlakyEmbedder()
     report = build_index(corpus, tmp_path / "idx", fresh, progress=False)
     assert fresh.embedded == report.manifest.passage_count

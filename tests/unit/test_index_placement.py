@@ -17,6 +17,7 @@ from retrieval.index.vector_search import FaissSearch, SerialSearch
 from retrieval.index.writer import IndexWriter
 from retrieval.passage import Passage
 from tests.fakes.fake_gpus import FakeGpus
+from tests.fakes.hash_embedder import HashEmbedder
 
 DIMENSION = 16
 COUNT = 2_000
@@ -111,7 +112,7 @@ def _write(tmp_path: Path) -> Path:
         passage_tokens=1,
         overlap_tokens=0,
     )
-    writer.commit(manifest, AnnConfig(kind="flat"))
+    writer.commit(manifest, AnnConfig(kind="flat"), HashEmbedder(DIMENSION, name="synthetic"))
     return tmp_path / "idx"
 
 

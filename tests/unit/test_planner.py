@@ -29,6 +29,7 @@ PRIORS = StagePriors(
     embed=LinearPrior(10.0),
     search=LinearPrior(5.0),
     rerank=LinearPrior(0.0, 20.0),  # 20 candidates: 400 ms
+    sentences=LinearPrior(0.0),  # free here, to keep the arithmetic below
     prompt=LinearPrior(5.0),
     first_token=LinearPrior(100.0, 2.0),  # 2 ms per prefilled token
 )

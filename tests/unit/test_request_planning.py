@@ -49,7 +49,7 @@ def test_planner_off_fixes_the_knobs_whatever_the_budget() -> None:
 def test_slices_share_out_the_spare_time_and_cuts_change_the_knobs() -> None:
     tracker = planning().start("q", 3, 20_000, 20_000, "premium", False, CacheEstimator())
     predicted = tracker.plan.predicted_ms
-    whole = tracker.slice_ms("embed", "search", "rerank", "prompt", "first_token")
+    whole = tracker.slice_ms("embed", "search", "rerank", "sentences", "prompt", "first_token")
     assert whole == pytest.approx(tracker.plan.available_ms)
     assert tracker.slice_ms("embed") == pytest.approx(
         predicted.embed * tracker.plan.available_ms / predicted.total

@@ -1,0 +1,138 @@
+"""Which form answers a request (budget/forms.py), decided after retrieval when the evidence and
+the time left are known, and what each form is given: the quote's sentences, or the focused
+context's excerpts (the best sentences with their neighbours, one excerpt per passage)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from answer_service.pipeline.planning import RequestPlanning
+from answer_service.pipeline.prepared import PreparedAnswer
+from budget.forms import (
+    FORMS,
+    AnswerForm,
+    AnswerMode,
+    FormChoice,
+    FormQuality,
+    FormRequest,
+    QualityCurves,
+    choose_form,
+)
+from budget.planner import query_tokens
+from generation.prompt_layout import ContextPassage
+from retrieval.sentences.quote import QuoteConfig
+from retrieval.sentences.scorer import ScoredSentence
+
+# Prompt tokens of one focused excerpt (a sentence and its neighbours) and of one passage, for
+# the first-token prediction of each form before its prompt is laid out.
+FOCUSED_EXCERPT_TOKENS = 90
+PASSAGE_TOKENS = 190
+FIXED_PROMPT_TOKENS = 120
+
+
+def read_form_curves(path: Path | None = None) -> QualityCurves:
+    """Per-form quality curves (`python -m eval.calibrate.form_curves`): the file given, or the
+    ones shipped for the default model."""
+    try:
+        text = (
+            path.read_text(encoding="utf-8")
+            if path is not None
+            else resources.files("answer_service.pipeline").joinpath("form_curves.json").read_text()
+        )
+        raw = json.loads(text)["curves"]
+        return QualityCurves({form: tuple(raw[form]) for form in FORMS if form in raw})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a form-curves file: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class FormConfig:
+    mode: AnswerMode = "auto"
+    quote: QuoteConfig = field(default_factory=QuoteConfig)
+    # Sentences on each side of a chosen one that go into its focused excerpt.
+    neighbours: int = 1
+    # Abstain (say it does not know) when no sentence is likely enough to answer.
+    abstain: bool = True
+
+
+class FormPolicy:
+    def __init__(self, config: FormConfig, planning: RequestPlanning, quality: FormQuality) -> None:
+        self.config = config
+        self._planning = planning
+        self._quality = quality
+
+    def mode_of(self, asked: AnswerMode | None) -> AnswerMode:
+        return asked or self.config.mode
+
+    def choose(
+        self, answer: PreparedAnswer, sentences: Sequence[ScoredSentence], worker: str
+    ) -> FormChoice:
+        """The form for this request now: the one asked for, or under `auto` the best expected
+        quality whose predicted first token fits the time left."""
+        mode = answer.plan.mode
+        most = max(answer.plan.knobs.passages, 1)
+        if mode != "auto":
+            size = 0 if mode == "quote" else most
+            return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
+        best = next((s.probability for s in sentences if s.candidate.ref.whole), 0.0)
+        second = next((s.probability for s in sentences[1:] if s.candidate.ref.whole), 0.0)
+        request = FormRequest(query_tokens(answer.request.query), best, best - second, most)
+        planner = self._planning.planner
+        models = self._planning.models
+        gate = self._planning.gate
+        ahead = gate.pending_tokens(worker)
+        cached = answer.cache.cached_share(worker) if answer.cache is not None else 0.0
+
+        def cost(form: AnswerForm, size: int) -> float:
+            if form == "quote":
+                return 0.0
+            per = FOCUSED_EXCERPT_TOKENS if form == "focused" else PASSAGE_TOKENS
+            tokens = (FIXED_PROMPT_TOKENS + request.question_tokens + size * per) * (1 - cached)
+            return models.predict_ms("prompt", size) + models.predict_ms(
+                "first_token", ahead + tokens, worker
+            )
+
+        available = planner.available_ms(answer.deadline.remaining_ms())
+        return choose_form(self._quality.expected(request), cost, available, most)
+
+
+def focused_excerpts(
+    sentences: Sequence[ScoredSentence], groups: int, neighbours: int
+) -> list[ContextPassage]:
+    """One excerpt per passage for the `groups` passages holding the best sentences: those
+    sentences and `neighbours` on each side, in the passage's order, gaps marked with "…".
+    Numbered in the order of their best sentence."""
+    chosen: dict[int, list[int]] = {}
+    for scored in sentences:
+        ref = scored.candidate.ref
+        if ref.kind == "code" and len(chosen) >= 1:
+            continue
+        if ref.row not in chosen and len(chosen) >= groups:
+            continue
+        chosen.setdefault(ref.row, []).append(ref.position)
+        if len(chosen) >= groups and sum(map(len, chosen.values())) >= 2 * groups:
+            break
+    by_row = {s.candidate.ref.row: s.candidate for s in sentences}
+    spans_of: dict[int, dict[int, tuple[int, int]]] = {}
+    for scored in sentences:
+        ref = scored.candidate.ref
+        spans_of.setdefault(ref.row, {})[ref.position] = (ref.start, ref.end)
+    excerpts: list[ContextPassage] = []
+    for number, (row, positions) in enumerate(chosen.items(), start=1):
+        passage = by_row[row].passage
+        spans = spans_of[row]
+        keep = sorted(
+            {p + d for p in positions for d in range(-neighbours, neighbours + 1)} & set(spans)
+        )
+        parts: list[str] = []
+        for i, position in enumerate(keep):
+            if i and position != keep[i - 1] + 1:
+                parts.append("…")
+            start, end = spans[position]
+            parts.append(passage.text[start:end])
+        excerpts.append(ContextPassage(number, passage.passage_id, passage.title, " ".join(parts)))
+    return excerpts

@@ -1,0 +1,338 @@
+"""Learn the sentence scorer's weights on SQuAD and measure quoted answers, on the committed split.
+
+    python -m eval.calibrate.sentence_scorer --out eval/results/sentence-scorer.json \\
+        [--weights retrieval/sentences/scorer.json] [--top-k 5]
+
+Reads ../shared/data/squad-v1.1-open. The whole corpus (48 articles) is indexed as the service
+indexes it; every question is retrieved for (hybrid, top `--top-k`), and each sentence of the
+retrieved passages is a training example, labelled by whether it holds a gold answer string
+(SQuAD normalisation). A logistic model is fitted on the scorer-training articles; the quote's
+selection and the abstention threshold are chosen on the same articles (abstention with the
+training questions' gold passages removed from the index); everything is then measured on the
+evaluation articles, beside a naive picker (IDF-weighted word overlap) on the same candidates.
+The scorer is trained to put the answering sentence first among a question's candidates, then
+calibrated to a probability (see retrieval/sentences/scorer.py).
+The weights the service loads are written to `--weights`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import minimize  # type: ignore[import-untyped]
+
+from budget import Deadline
+from eval.calibrate.citations import corpus_without
+from eval.commands.answers import Question, read_questions
+from eval.commands.main import index_of
+from eval.lib.paths import SQUAD_DIR, shared
+from eval.lib.results import write_result
+from eval.lib.splits import Part, squad_part_of
+from eval.lib.squad_metrics import answer_recall
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.retriever import Retriever
+from retrieval.search.base import SearchRequest
+from retrieval.sentences.quote import QuoteConfig, select_quote
+from retrieval.sentences.scorer import (
+    FEATURES,
+    Candidate,
+    ScoredSentence,
+    ScorerWeights,
+    SentenceModel,
+    candidates,
+    feature_matrix,
+)
+from retrieval.sentences.terms import content_terms
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / "scorer.json"
+_CACHE = Path.home() / ".cache" / "answer-service"
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One question's candidates, their features and labels."""
+
+    question: Question
+    found: list[Candidate]
+    features: npt.NDArray[np.float64]
+    labels: npt.NDArray[np.float64]
+
+
+async def examples_of(
+    retriever: Retriever, questions: Sequence[Question], top_k: int
+) -> list[Example]:
+    store = retriever.index.sentences
+    out = []
+    for question in questions:
+        deadline = Deadline.after_ms(60_000)
+        vector = (await retriever.embed.run(question.question, deadline)).value
+        search = retriever.search_stage("hybrid")
+        hits = (await search.run(SearchRequest(question.question, vector, top_k), deadline)).value
+        rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]
+        found = candidates(store, rows)
+        features = feature_matrix(question.question, vector, found, store)
+        labels = np.asarray(
+            [answer_recall(c.text, question.answers) for c in found], dtype=np.float64
+        )
+        out.append(Example(question, found, features, labels))
+    return out
+
+
+def fit(examples: Sequence[Example], l2: float = 1.0) -> ScorerWeights:
+    """A conditional logit over each question's quotable candidates (what it learns is to put
+    the answering sentence first), then a one-variable logistic on its score against every
+    candidate's label (the probability abstention reads)."""
+    usable = [e for e in examples if len(e.found)]
+    x = np.vstack([e.features for e in usable])
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    mean[0], scale[0] = 0.0, 1.0  # the bias column stays 1
+    scale[scale == 0] = 1.0
+    groups = []
+    for e in usable:
+        ok = np.asarray([c.ref.whole and c.ref.kind != "code" for c in e.found])
+        target = e.labels * ok
+        if target.any():
+            groups.append((((e.features - mean) / scale)[ok], (target / target.sum())[ok]))
+
+    def loss(w: npt.NDArray[np.float64]) -> tuple[float, npt.NDArray[np.float64]]:
+        total = 0.5 * l2 * float(np.sum(w[1:] ** 2))
+        gradient = l2 * w
+        gradient[0] = 0.0
+        for z, t in groups:
+            s = z @ w
+            top = s.max()
+            p = np.exp(s - top)
+            norm = p.sum()
+            total -= float(t @ (s - top - np.log(norm)))
+            gradient += z.T @ (p / norm - t)
+        return total, gradient
+
+    result = minimize(loss, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B")
+    w = result.x
+    ranked = ScorerWeights(
+        FEATURES, tuple(map(float, w)), tuple(map(float, mean)), tuple(map(float, scale))
+    )
+    scores = np.concatenate([SentenceModel(ranked).scores(e.features) for e in usable])
+    labels = np.concatenate([e.labels for e in usable])
+    slope, intercept = _platt(scores, labels)
+    return dataclasses.replace(ranked, slope=slope, intercept=intercept)
+
+
+def _platt(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.float64]) -> tuple[float, float]:
+    """The logistic sigmoid(a * score + b) that fits the labels best (Newton's method)."""
+    z = np.column_stack([scores, np.ones_like(scores)])
+    w = np.zeros(2)
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -30, 30)))
+        gradient = z.T @ (p - labels)
+        hessian = (z * (p * (1 - p))[:, None]).T @ z + 1e-6 * np.eye(2)
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return float(w[0]), float(w[1])
+
+
+def selection(
+    examples: Sequence[Example], model: SentenceModel, max_median_words: float
+) -> QuoteConfig:
+    """The quote's ratio and target length that answer the most training questions while
+    keeping the median quote at most `max_median_words` words."""
+    best: tuple[float, QuoteConfig] | None = None
+    for ratio in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        for target in (40, 50, 60, 70, 80):
+            config = QuoteConfig(min_probability=0.0, ratio=ratio, target_words=target)
+            found = quote_metrics(examples, lambda e: scored(e, model), config)
+            recall, median = found["answer_recall"], found["words_median"]
+            if recall is None or median is None or median > max_median_words:
+                continue
+            if best is None or recall > best[0]:
+                best = (float(recall), config)
+    if best is None:
+        return QuoteConfig(min_probability=0.0)
+    return best[1]
+
+
+def scored(example: Example, model: SentenceModel) -> list[ScoredSentence]:
+    return model.rank(example.found, example.features)
+
+
+def naive(example: Example, idf: Any) -> list[ScoredSentence]:
+    """IDF-weighted overlap of the question's words, best first (the baseline)."""
+    asked = content_terms(example.question.question)
+    scores = [idf.weighted_coverage(asked, content_terms(c.text)) for c in example.found]
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [ScoredSentence(example.found[i], scores[i]) for i in order]
+
+
+def quote_metrics(
+    examples: Sequence[Example], rank: Any, config: QuoteConfig
+) -> dict[str, float | int | None]:
+    recalls: list[float] = []
+    words: list[int] = []
+    precise: list[float] = []
+    first: list[bool] = []
+    first_two: list[bool] = []
+    abstained = 0
+    for example in examples:
+        ranked = rank(example)
+        answers = example.question.answers
+        top = [s for s in ranked if s.candidate.ref.whole and s.candidate.ref.kind != "code"]
+        first.append(bool(top) and answer_recall(top[0].candidate.text, answers) > 0)
+        first_two.append(any(answer_recall(s.candidate.text, answers) > 0 for s in top[:2]))
+        quote = select_quote(ranked, config, example.question.question)
+        if not quote:
+            abstained += 1
+            recalls.append(0.0)
+            continue
+        text = " ".join(q.text for q in quote)
+        recalls.append(answer_recall(text, answers))
+        words.append(len(text.split()))
+        gold = example.question.gold_passage_id
+        precise.extend(float(q.passage.doc_id == gold) for q in quote)
+    n = len(examples)
+    return {
+        "questions": n,
+        "answer_recall": round(statistics.fmean(recalls), 4) if recalls else None,
+        "first_sentence_recall": round(sum(first) / n, 4) if n else None,
+        "first_two_recall": round(sum(first_two) / n, 4) if n else None,
+        "citation_precision": round(statistics.fmean(precise), 4) if precise else None,
+        "words_median": statistics.median(words) if words else None,
+        "words_p90": float(np.percentile(words, 90)) if words else None,
+        "words_max": max(words) if words else None,
+        "abstained": abstained,
+    }
+
+
+def abstention(
+    answerable: Sequence[Example],
+    removed: Sequence[Example],
+    model: SentenceModel,
+    max_false: float,
+) -> tuple[float, dict[str, float]]:
+    """The threshold on the best quotable sentence's probability that abstains on the most
+    gold-removed questions while abstaining on at most `max_false` of the answerable ones whose
+    answer was retrieved."""
+
+    def best(example: Example) -> float:
+        ranked = [s for s in scored(example, model) if s.candidate.ref.whole]
+        return ranked[0].probability if ranked else 0.0
+
+    reachable = [best(e) for e in answerable if e.labels.any()]
+    gone = [best(e) for e in removed if not e.labels.any()]
+    threshold = float(np.quantile(reachable, max_false)) if reachable else 0.0
+    return threshold, {
+        "false_abstention": round(float(np.mean([b < threshold for b in reachable])), 4),
+        "abstention_when_removed": round(float(np.mean([b < threshold for b in gone])), 4),
+        "answerable_reachable": len(reachable),
+        "removed_unreachable": len(gone),
+    }
+
+
+def _retriever(corpus: Path) -> Retriever:
+    embedder = SentenceTransformerEmbedder(EmbedderConfig())
+    return Retriever.open(index_of(corpus, None, embedder), embedder)
+
+
+def _questions(part: Part) -> list[Question]:
+    return [
+        q
+        for q in read_questions(shared(SQUAD_DIR / "questions.jsonl"))
+        if q.gold_passage_id and squad_part_of(q.gold_passage_id) == part
+    ]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    passages = shared(SQUAD_DIR / "passages.jsonl")
+    training, evaluation = _questions("scorer_training"), _questions("evaluation")
+    retriever = await asyncio.to_thread(_retriever, passages)
+    try:
+        train = await examples_of(retriever, training, args.top_k)
+        test = await examples_of(retriever, evaluation, args.top_k)
+        idf = retriever.index.sentences.idf
+    finally:
+        retriever.close()
+    weights = fit(train, l2=args.l2)
+    model = SentenceModel(weights)
+    chosen = selection(train, model, args.max_median_words)
+    # Gold passages removed: the training questions' from one index, the evaluation's from another.
+    removed_train = await _removed(passages, training, args.top_k)
+    removed_test = await _removed(passages, evaluation, args.top_k)
+    threshold, train_abstention = abstention(train, removed_train, model, args.max_false_abstention)
+    config = dataclasses.replace(chosen, min_probability=threshold)
+    _, test_abstention = abstention(test, removed_test, model, args.max_false_abstention)
+    no_threshold = dataclasses.replace(config, min_probability=0.0)
+    return {
+        "weights": weights,
+        "config": config,
+        "metrics": {
+            "training": {
+                "questions": len(train),
+                "quote": quote_metrics(train, lambda e: scored(e, model), config),
+                "abstention": train_abstention,
+            },
+            "evaluation": {
+                "quote": quote_metrics(test, lambda e: scored(e, model), config),
+                "quote_without_abstention": quote_metrics(
+                    test, lambda e: scored(e, model), no_threshold
+                ),
+                "naive_overlap": quote_metrics(test, lambda e: naive(e, idf), no_threshold),
+                "abstention": test_abstention,
+            },
+        },
+    }
+
+
+async def _removed(passages: Path, questions: Sequence[Question], top_k: int) -> list[Example]:
+    gold = {q.gold_passage_id for q in questions if q.gold_passage_id}
+    corpus = corpus_without(passages, gold, _CACHE / "corpora")
+    retriever = await asyncio.to_thread(_retriever, corpus)
+    try:
+        return await examples_of(retriever, questions, top_k)
+    finally:
+        retriever.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eval.calibrate.sentence_scorer")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--weights", type=Path, default=WEIGHTS)
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--l2", type=float, default=1.0)
+    parser.add_argument("--max-false-abstention", type=float, default=0.03)
+    parser.add_argument(
+        "--max-median-words", type=float, default=33.0, help="for the quote's selection"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    result = asyncio.run(run(args))
+    weights: ScorerWeights = result["weights"]
+    config: QuoteConfig = result["config"]
+    payload = {**weights.to_json(), "quote": dataclasses.asdict(config)}
+    args.weights.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    write_result(
+        args.out,
+        "calibrate-sentence-scorer",
+        {"top_k": args.top_k, "l2": args.l2, "split": "eval/splits/squad.json"},
+        {"scorer_training": "articles of eval/splits/squad.json", "weights": str(args.weights)},
+        {**result["metrics"], "weights": dict(zip(weights.names, weights.weights, strict=True))},
+    )
+    print(json.dumps(result["metrics"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

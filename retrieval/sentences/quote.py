@@ -1,0 +1,155 @@
+"""A quoted answer: one to three sentences of the retrieved passages, picked by the scorer's
+probability, kept readable and short.
+
+The best sentence always goes first (unless nothing reaches `min_probability`: then there is no
+quote, and the caller says it does not know). A sentence that leans on the one before it ("It",
+"They", "This ...") brings that one along. Further sentences join while they are nearly as
+likely as the best (`ratio`) and the quote stays under `target_words`; a quote is never longer
+than `max_words` (a longer single sentence is cut at a clause around what the question asks).
+Code blocks, headings and fragments of sentences are not quoted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from retrieval.errors import RetrievalError
+from retrieval.passage import Passage
+from retrieval.sentences.scorer import ScoredSentence
+from retrieval.sentences.terms import content_terms
+
+_LEANS_BACK = re.compile(
+    r"^(it|its|they|their|them|this|these|those|that|he|his|she|her|such|there|here|"
+    r"the latter|the former|both|also|however|thus|therefore|then)\b",
+    re.I,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QuoteConfig:
+    min_probability: float = 0.1
+    ratio: float = 0.6
+    max_sentences: int = 3
+    target_words: int = 45
+    max_words: int = 80
+    min_words: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class QuotedSentence:
+    text: str
+    passage: Passage
+    # The passage's place in the retrieved order (0: the best): its source number is rank + 1.
+    rank: int
+    probability: float
+
+
+def select_quote(
+    scored: Sequence[ScoredSentence], config: QuoteConfig, question: str = ""
+) -> list[QuotedSentence]:
+    usable = [s for s in scored if _quotable(s, config)]
+    if not usable or usable[0].probability < config.min_probability:
+        return []
+    best = usable[0]
+    picked = _with_lead_in(best, scored)
+    words = sum(len(s.text.split()) for s in picked)
+    for other in usable[1:]:
+        if len(picked) >= config.max_sentences:
+            break
+        if other.probability < config.ratio * best.probability:
+            break
+        if any(_same(other, p) for p in picked):
+            continue
+        extra = len(other.candidate.text.split())
+        if words + extra > config.target_words:
+            continue
+        picked.append(_quoted(other))
+        words += extra
+    return _bounded(picked, config.max_words, question)
+
+
+def _quotable(sentence: ScoredSentence, config: QuoteConfig) -> bool:
+    ref = sentence.candidate.ref
+    return (
+        ref.whole
+        and ref.kind != "code"
+        and len(sentence.candidate.text.split()) >= config.min_words
+    )
+
+
+def _quoted(sentence: ScoredSentence) -> QuotedSentence:
+    c = sentence.candidate
+    return QuotedSentence(c.text, c.passage, c.rank, sentence.probability)
+
+
+def _same(sentence: ScoredSentence, quoted: QuotedSentence) -> bool:
+    return sentence.candidate.text == quoted.text
+
+
+def _with_lead_in(best: ScoredSentence, scored: Sequence[ScoredSentence]) -> list[QuotedSentence]:
+    """The best sentence, after the one before it in its passage when it leans on it."""
+    quoted = _quoted(best)
+    if not _LEANS_BACK.match(best.candidate.text) or best.candidate.ref.position == 0:
+        return [quoted]
+    ref = best.candidate.ref
+    before = next(
+        (
+            s
+            for s in scored
+            if s.candidate.ref.row == ref.row and s.candidate.ref.position == ref.position - 1
+        ),
+        None,
+    )
+    if before is None or before.candidate.ref.kind == "code":
+        return [quoted]
+    lead = QuotedSentence(before.candidate.text, quoted.passage, quoted.rank, quoted.probability)
+    return [lead, quoted]
+
+
+def _bounded(picked: list[QuotedSentence], max_words: int, question: str) -> list[QuotedSentence]:
+    """At most `max_words`: drop trailing sentences, then cut a long one around the question's
+    words at clause boundaries."""
+    while len(picked) > 1 and sum(len(p.text.split()) for p in picked) > max_words:
+        picked.pop()
+    if sum(len(p.text.split()) for p in picked) <= max_words:
+        return picked
+    only = picked[-1] if len(picked) == 1 else picked[0]
+    return [
+        QuotedSentence(
+            _cut(only.text, max_words, question), only.passage, only.rank, only.probability
+        )
+    ]
+
+
+def _cut(text: str, max_words: int, question: str) -> str:
+    """The `max_words`-word window of `text` that holds most of the question's terms, on clause
+    boundaries where it can, marked with ellipses where it was cut."""
+    words = text.split()
+    asked = content_terms(question)
+    best_start, best_hits = 0, -1
+    for start in range(0, max(len(words) - max_words, 0) + 1):
+        hits = len(asked & content_terms(" ".join(words[start : start + max_words])))
+        if hits > best_hits:
+            best_start, best_hits = start, hits
+    window = words[best_start : best_start + max_words - 1]
+    clipped = " ".join(window)
+    return ("… " if best_start > 0 else "") + clipped + " …"
+
+
+def read_quote_config(path: Path | None = None) -> QuoteConfig:
+    """The quote selection calibrated with the scorer (the `quote` object of its weights file;
+    the package's own by default)."""
+    try:
+        text = (
+            path.read_text(encoding="utf-8")
+            if path is not None
+            else resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
+        )
+        return QuoteConfig(**json.loads(text)["quote"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RetrievalError(f"cannot read the quote selection: {exc}") from exc

@@ -1,0 +1,308 @@
+"""How likely each sentence of the retrieved passages is to answer the question: a logistic model
+over features of the sentence, the question and the passage it sits in.
+
+Features: the embedder's cosine of sentence and question (stored sentence vectors, no model call
+per request) and its margin to the best candidate; the IDF-weighted share of the question's
+terms the sentence holds, alone and with its neighbours, its margin to the best candidate and
+to the best of its own passage, and its rank; the question's word pairs and unstemmed words it
+repeats, whether it holds the question's rarest term, and how spread out the matches are; what
+is new in it (not the question's words); the passage's rank and how much of the question the
+passage and its title hold; the sentence's place and length, whether it is whole, code or a
+list item; and whether it holds the kind of thing the question asks for (a number for "how
+many", a year or a date for "when", a name the question does not use for "who" or "where").
+
+The weights rank the candidates of a question against each other (a conditional logit, so the
+best sentence is what it learns to find) and a one-variable logistic turns the score into the
+probability that the sentence answers, for abstention. Both are learned by
+`python -m eval.calibrate.sentence_scorer` on the scorer-training part of the committed split
+and shipped with the package (scorer.json).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from retrieval.embedder import Vectors
+from retrieval.errors import RetrievalError
+from retrieval.passage import Passage
+from retrieval.sentences.store import SentenceRef, SentenceStore
+from retrieval.sentences.terms import Idf, content_terms, term_list
+
+FEATURES = (
+    "bias",
+    "cos",
+    "cos_margin",
+    "cover",
+    "cover_margin",
+    "cover_context",
+    "novel",
+    "passage_rank",
+    "passage_cover",
+    "title_cover",
+    "first",
+    "position",
+    "log_words",
+    "short",
+    "long",
+    "fragment",
+    "code",
+    "item",
+    "number_asked",
+    "time_asked",
+    "name_asked",
+    "bigrams",
+    "exact_words",
+    "cover_rank",
+    "cover_in_passage",
+    "rarest_term",
+    "spread",
+    "new_terms",
+)
+
+_NUMBER_Q = re.compile(
+    r"\b(how (many|much|long|old|far|big|large|tall|high|often)|what (number|percent|"
+    r"percentage|amount|fraction|proportion|size|age)|how fast)\b",
+    re.I,
+)
+_TIME_Q = re.compile(r"\b(when|what (year|date|time|day|month|century|decade|period|era))\b", re.I)
+_NAME_Q = re.compile(r"\b(who|whom|whose|where|which (person|city|country|team|company))\b", re.I)
+_DIGIT = re.compile(r"\d")
+_YEAR = re.compile(
+    r"\b(1\d{3}|20\d{2})\b|\b(January|February|March|April|May|June|July|August|September|"
+    r"October|November|December)\b|\b\d{1,2}(st|nd|rd|th) century\b"
+)
+_CAPITALIZED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
+_WORDS = re.compile(r"[A-Za-z0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ScorerWeights:
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+    # Features are standardised (x - mean) / scale before the weights apply.
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    # The probability that a sentence answers: sigmoid(slope * score + intercept).
+    slope: float = 1.0
+    intercept: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not len(self.names) == len(self.weights) == len(self.mean) == len(self.scale):
+            raise ValueError("one weight, mean and scale per feature")
+        if self.names != FEATURES:
+            raise ValueError(f"weights for features {self.names}, the scorer has {FEATURES}")
+
+    @classmethod
+    def read(cls, path: Path | None = None) -> ScorerWeights:
+        """The weights in `path`, or the ones shipped with the package."""
+        try:
+            text = (
+                path.read_text(encoding="utf-8")
+                if path is not None
+                else resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
+            )
+            raw = json.loads(text)
+            calibration = raw.get("calibration", {"slope": 1.0, "intercept": 0.0})
+            return cls(
+                tuple(raw["features"]),
+                tuple(float(w) for w in raw["weights"]),
+                tuple(float(m) for m in raw["mean"]),
+                tuple(float(s) for s in raw["scale"]),
+                float(calibration["slope"]),
+                float(calibration["intercept"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RetrievalError(f"cannot read sentence scorer weights: {exc}") from exc
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "features": list(self.names),
+            "weights": list(self.weights),
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+            "calibration": {"slope": self.slope, "intercept": self.intercept},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A sentence of a retrieved passage; `rank` is the passage's (0: the best)."""
+
+    ref: SentenceRef
+    passage: Passage
+    rank: int
+
+    @property
+    def text(self) -> str:
+        return self.passage.text[self.ref.start : self.ref.end]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredSentence:
+    candidate: Candidate
+    probability: float
+
+
+def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
+    """Every sentence of the retrieved passages (index row, passage; best first)."""
+    return [
+        Candidate(ref, passage, rank)
+        for rank, (row, passage) in enumerate(passages)
+        for ref in store.of(row)
+    ]
+
+
+def feature_matrix(
+    question: str,
+    vector: Vectors,
+    found: Sequence[Candidate],
+    store: SentenceStore,
+) -> npt.NDArray[np.float64]:
+    """One row of `FEATURES` per candidate."""
+    if not found:
+        return np.zeros((0, len(FEATURES)))
+    idf = store.idf
+    asked = content_terms(question)
+    cosines = _cosines(vector, found, store)
+    terms = [content_terms(c.text) for c in found]
+    covers = [idf.weighted_coverage(asked, t) for t in terms]
+    number_q = bool(_NUMBER_Q.search(question))
+    time_q = bool(_TIME_Q.search(question))
+    name_q = bool(_NAME_Q.search(question))
+    question_words = {w.lower() for w in re.findall(r"[A-Za-z]+", question)}
+    passage_cover = _passage_covers(asked, found, idf)
+    lists = [term_list(c.text) for c in found]
+    asked_list = term_list(question)
+    pairs = set(itertools.pairwise(asked_list))
+    rarest = max(asked, key=idf.weight) if asked else None
+    asked_words = {w.lower() for w in _WORDS.findall(question) if len(w) > 2}
+    order = np.argsort(-np.asarray(covers), kind="stable")
+    cover_rank = np.empty(len(covers))
+    cover_rank[order] = np.arange(len(covers))
+    best_in_passage: dict[int, float] = {}
+    for candidate, cover in zip(found, covers, strict=True):
+        best_in_passage[candidate.ref.row] = max(best_in_passage.get(candidate.ref.row, 0.0), cover)
+    rows = []
+    best_cos, best_cover = max(cosines), max(covers)
+    for i, (candidate, sentence_terms) in enumerate(zip(found, terms, strict=True)):
+        in_order = lists[i]
+        hits = [j for j, term in enumerate(in_order) if term in asked]
+        said = {w.lower() for w in _WORDS.findall(candidate.text)}
+        text = candidate.text
+        words = len(text.split())
+        context = sentence_terms | _neighbour_terms(found, i)
+        sentence_count = int(
+            store.offsets[candidate.ref.row + 1] - store.offsets[candidate.ref.row]
+        )
+        names = {w.lower() for w in _CAPITALIZED.findall(text)} - question_words
+        rows.append(
+            (
+                1.0,
+                cosines[i],
+                cosines[i] - best_cos,
+                covers[i],
+                covers[i] - best_cover,
+                idf.weighted_coverage(asked, context),
+                len(sentence_terms - asked) / len(sentence_terms) if sentence_terms else 0.0,
+                1.0 / (1.0 + candidate.rank),
+                passage_cover[candidate.rank],
+                idf.weighted_coverage(asked, content_terms(candidate.passage.title)),
+                float(candidate.ref.position == 0),
+                candidate.ref.position / max(sentence_count - 1, 1),
+                math.log1p(words),
+                float(words < 6),
+                float(words > 60),
+                float(not candidate.ref.whole),
+                float(candidate.ref.kind == "code"),
+                float(candidate.ref.kind == "item"),
+                float(number_q and bool(_DIGIT.search(text))),
+                float(time_q and bool(_YEAR.search(text))),
+                float(name_q and bool(names)),
+                len(pairs & set(itertools.pairwise(in_order))) / len(pairs) if pairs else 0.0,
+                len(asked_words & said) / len(asked_words) if asked_words else 0.0,
+                1.0 / (1.0 + cover_rank[i]),
+                covers[i] - best_in_passage[candidate.ref.row],
+                float(rarest is not None and rarest in sentence_terms),
+                (hits[-1] - hits[0] + 1) / len(in_order) if len(hits) > 1 else 1.0,
+                min(len(set(in_order) - asked), 20) / 20.0,
+            )
+        )
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _cosines(vector: Vectors, found: Sequence[Candidate], store: SentenceStore) -> list[float]:
+    ids = np.asarray([c.ref.sentence_id for c in found], dtype=np.int64)
+    sentence_vectors = np.asarray(store.vectors[ids], dtype=np.float32)
+    return [float(v) for v in sentence_vectors @ np.asarray(vector, np.float32).reshape(-1)]
+
+
+def _neighbour_terms(found: Sequence[Candidate], i: int) -> frozenset[str]:
+    near: set[str] = set()
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(found) and found[j].ref.row == found[i].ref.row:
+            near |= content_terms(found[j].text)
+    return frozenset(near)
+
+
+def _passage_covers(asked: frozenset[str], found: Sequence[Candidate], idf: Idf) -> list[float]:
+    ranks = max(c.rank for c in found) + 1
+    covers = [0.0] * ranks
+    seen: set[int] = set()
+    for c in found:
+        if c.rank not in seen:
+            seen.add(c.rank)
+            text = f"{c.passage.title}\n{c.passage.text}"
+            covers[c.rank] = idf.weighted_coverage(asked, content_terms(text))
+    return covers
+
+
+class SentenceModel:
+    """The logistic model alone: features in, probabilities out."""
+
+    def __init__(self, weights: ScorerWeights) -> None:
+        self._weights = np.asarray(weights.weights)
+        self._mean = np.asarray(weights.mean)
+        self._scale = np.asarray(weights.scale)
+        self._slope = weights.slope
+        self._intercept = weights.intercept
+
+    def scores(self, features: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """The ranking score of each candidate (higher: more likely the answer)."""
+        return np.asarray(((features - self._mean) / self._scale) @ self._weights, np.float64)
+
+    def probabilities(self, features: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        z = self._slope * self.scores(features) + self._intercept
+        return np.asarray(1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0))), dtype=np.float64)
+
+    def rank(
+        self, found: Sequence[Candidate], features: npt.NDArray[np.float64]
+    ) -> list[ScoredSentence]:
+        if not found:
+            return []
+        probabilities = self.probabilities(features)
+        order = np.argsort(-probabilities, kind="stable")
+        return [ScoredSentence(found[i], float(probabilities[i])) for i in order]
+
+
+class SentenceScorer:
+    def __init__(self, store: SentenceStore, weights: ScorerWeights) -> None:
+        self._store = store
+        self.model = SentenceModel(weights)
+
+    def score(
+        self, question: str, vector: Vectors, passages: Sequence[tuple[int, Passage]]
+    ) -> list[ScoredSentence]:
+        """The sentences of `passages` (index row, passage; best first), most likely to
+        answer first. Blocking (a few milliseconds for five passages)."""
+        found = candidates(self._store, passages)
+        return self.model.rank(found, feature_matrix(question, vector, found, self._store))

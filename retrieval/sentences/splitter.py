@@ -1,0 +1,252 @@
+"""Where the sentences of a text are, as character spans into it.
+
+A text is first cut into blocks at blank lines. A block that looks like code (a fenced block, a
+synopsis full of brackets, indented lines) is one unit and never split; a list is one unit per
+item; prose is split at `.`, `!` or `?` (after any closing quotes or brackets) followed by
+white space and something that can start a sentence. A line break inside a prose block is white
+space, not a boundary (manuals wrap lines inside sentences). Not a boundary: common
+abbreviations ("e.g.", "Dr.", "approx."), single initials ("J. R. R. Tolkien"), a dot inside a
+number ("3.14", "v2.1"), a dot inside inline code (`` `pg_stat.activity` ``).
+
+The same rules serve the streamed answer (`SentenceStream`): a sentence is released once the
+character after its boundary has arrived, or at the end.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+SpanKind = Literal["prose", "item", "code"]
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceSpan:
+    start: int
+    end: int
+    kind: SpanKind = "prose"
+
+
+_BLANK = re.compile(r"\n[ \t]*\n\s*")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_ITEM = re.compile(r"^[ \t]*(?:[-*•]|\d{1,3}[.)]|[a-z][.)])[ \t]+\S", re.M)
+# A candidate boundary: sentence punctuation, closing quotes or brackets, then white space.
+_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s)")
+_STARTS_SENTENCE = re.compile(r"\s+[\"'\u201c\u2018(\[]?[A-Z0-9]")
+_ABBREVIATIONS = frozenset(
+    [
+        "e.g",
+        "i.e",
+        "etc",
+        "vs",
+        "cf",
+        "al",
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "st",
+        "sr",
+        "jr",
+        "no",
+        "nos",
+        "fig",
+        "figs",
+        "approx",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "dept",
+        "est",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "u.s",
+        "u.k",
+        "a.m",
+        "p.m",
+        "ph.d",
+        "resp",
+        "vol",
+        "vols",
+        "ed",
+        "eds",
+        "op",
+        "ca",
+    ]
+)
+_WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+
+
+def split_sentences(text: str) -> list[SentenceSpan]:
+    """The sentences (and code blocks and list items) of `text`, in order, as spans with
+    surrounding white space left out."""
+    spans: list[SentenceSpan] = []
+    for start, end in _blocks(text):
+        block = text[start:end]
+        if _is_code(block):
+            spans.append(SentenceSpan(start, end, "code"))
+        elif _is_list(block):
+            spans.extend(_items(text, start, end))
+        else:
+            spans.extend(_prose(text, start, end, "prose"))
+    return spans
+
+
+def _blocks(text: str) -> list[tuple[int, int]]:
+    """Blank-line separated blocks, a fenced code block (blank lines and all) kept whole."""
+    blocks: list[tuple[int, int]] = []
+    at = 0
+    fence_open: int | None = None
+    for gap in [*_BLANK.finditer(text), None]:
+        end = gap.start() if gap is not None else len(text)
+        chunk = text[at:end]
+        fences = sum(1 for line in chunk.splitlines() if _FENCE.match(line))
+        if fence_open is None and fences % 2 == 1:
+            fence_open = at
+        elif fence_open is not None and fences % 2 == 1:
+            blocks.append((fence_open, end))
+            fence_open = None
+        elif fence_open is None:
+            blocks.append((at, end))
+        at = gap.end() if gap is not None else len(text)
+    if fence_open is not None:
+        blocks.append((fence_open, len(text)))
+    return [(s, e) for s, e in (_trimmed(text, s, e) for s, e in blocks) if s < e]
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _is_code(block: str) -> bool:
+    if _FENCE.match(block):
+        return True
+    lines = [line for line in block.splitlines() if line.strip()]
+    if not lines:
+        return False
+    symbols = sum(block.count(c) for c in "{}[]();=<>|")
+    words = len(block.split())
+    sentence_ends = len(_END.findall(block + " "))
+    # A synopsis or a program: dense in brackets and operators, few sentence ends.
+    if symbols >= 4 and symbols >= 0.3 * words and sentence_ends <= len(lines) // 2:
+        return True
+    indented = sum(1 for line in lines if line.startswith(("    ", "\t")))
+    return len(lines) >= 2 and indented == len(lines) and sentence_ends == 0
+
+
+def _is_list(block: str) -> bool:
+    lines = [line for line in block.splitlines() if line.strip()]
+    items = len(_ITEM.findall(block))
+    return items >= 2 and items >= len(lines) // 2
+
+
+def _items(text: str, start: int, end: int) -> list[SentenceSpan]:
+    starts = [start + m.start() for m in _ITEM.finditer(text[start:end])]
+    if not starts or starts[0] != start:
+        starts = [start, *starts]
+    spans: list[SentenceSpan] = []
+    for item_start, item_end in zip(starts, [*starts[1:], end], strict=True):
+        s, e = _trimmed(text, item_start, item_end)
+        if s < e:
+            spans.append(SentenceSpan(s, e, "item"))
+    return spans
+
+
+def _prose(text: str, start: int, end: int, kind: SpanKind) -> list[SentenceSpan]:
+    spans: list[SentenceSpan] = []
+    at = start
+    for boundary in boundaries(text, start, end):
+        s, e = _trimmed(text, at, boundary)
+        if s < e:
+            spans.append(SentenceSpan(s, e, kind))
+        at = boundary
+    s, e = _trimmed(text, at, end)
+    if s < e:
+        spans.append(SentenceSpan(s, e, kind))
+    return spans
+
+
+def boundaries(text: str, start: int, end: int) -> list[int]:
+    """Offsets in `text[start:end]` where a prose sentence ends (just after its punctuation
+    and closing quotes); only those with the next sentence's start visible."""
+    found: list[int] = []
+    segment = text[start:end]
+    code_ranges = [(m.start(), m.end()) for m in re.finditer(r"`[^`\n]*`", segment)]
+    for match in _END.finditer(segment):
+        offset = match.end()
+        if any(a < match.start() < b for a, b in code_ranges):
+            continue
+        if not _STARTS_SENTENCE.match(segment, offset):
+            continue
+        if match.group().startswith(".") and _abbreviation(segment, match.start() + 1):
+            continue
+        found.append(start + offset)
+    return found
+
+
+def _abbreviation(segment: str, dot_end: int) -> bool:
+    """Whether the dot ending at `dot_end` closes an abbreviation or an initial."""
+    before = _WORD_BEFORE.search(segment, 0, dot_end)
+    if before is None:
+        return False
+    word = before.group(1).lower().rstrip(".")
+    if word in _ABBREVIATIONS:
+        return True
+    # A single capital letter ("J." in "J. R. R. Tolkien"); "I." ends a sentence too rarely
+    # to matter and "A." mostly in enumerations.
+    return len(word) == 1 and before.group(1)[0].isupper()
+
+
+class SentenceStream:
+    """The sentences of a text that arrives in pieces (a streamed answer): `feed` returns the
+    sentences finished so far (a boundary counts once the next sentence's start has arrived,
+    or a blank line), `finish` the rest. Spans index the whole text."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._done = 0
+
+    def feed(self, piece: str) -> list[SentenceSpan]:
+        self.text += piece
+        # Only what is closed by a blank line or a visible boundary is final.
+        cut = self._final_cut()
+        if cut <= self._done:
+            return []
+        spans = [s for s in split_sentences(self.text[:cut]) if s.start >= self._done]
+        self._done = cut
+        return spans
+
+    def finish(self) -> list[SentenceSpan]:
+        spans = [s for s in split_sentences(self.text) if s.start >= self._done]
+        self._done = len(self.text)
+        return spans
+
+    def _final_cut(self) -> int:
+        text = self.text
+        fences_open = sum(1 for line in text.splitlines() if _FENCE.match(line)) % 2 == 1
+        if fences_open:
+            return self._done
+        last_blank = max((m.end() for m in _BLANK.finditer(text, self._done)), default=-1)
+        last_blank_start = max((m.start() for m in _BLANK.finditer(text, self._done)), default=-1)
+        tail_start = last_blank if last_blank > 0 else self._done
+        ends = boundaries(text, tail_start, len(text))
+        if ends and not _is_list(text[tail_start:]) and not _is_code(text[tail_start:]):
+            return ends[-1]
+        return last_blank_start if last_blank_start > 0 else self._done

@@ -1,0 +1,154 @@
+"""The sentences of an index's passages, with their vectors, built once with the index.
+
+Layout (`<index dir>/sentences/`): `spans.npy` (int32, one row per sentence: passage row, start
+and end in the passage's text, its place in the passage, flags), `offsets.npy` (int64: the
+sentences of passage row r are `offsets[r]:offsets[r + 1]`), `vectors.npy` (float16, the
+embedder's unit vector of each sentence's text) and `terms.json` (document frequencies of the
+passages' content terms, for IDF weights). A sentence in the overlap of two windows is stored
+with each; its text is embedded once.
+
+A window that starts or ends inside a sentence holds a fragment of it; the flags say so, and
+say which spans are code blocks or list items (retrieval/sentences/splitter.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from retrieval.embedder import Embedder
+from retrieval.errors import IndexMismatchError
+from retrieval.passage import Passage
+from retrieval.sentences.splitter import SpanKind, split_sentences
+from retrieval.sentences.terms import Idf
+
+SENTENCES_DIR = "sentences"
+WHOLE, CODE, ITEM = 1, 2, 4
+_ENDS = (".", "!", "?", ":", '"', "'", ")", "\u201d")
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceRef:
+    sentence_id: int
+    row: int
+    start: int
+    end: int
+    # Its place among its passage's sentences (0: the first).
+    position: int
+    whole: bool
+    kind: SpanKind
+
+
+class SentenceStore:
+    def __init__(
+        self,
+        spans: npt.NDArray[np.int32],
+        offsets: npt.NDArray[np.int64],
+        vectors: npt.NDArray[np.float16],
+        idf: Idf,
+    ) -> None:
+        if spans.shape[0] != vectors.shape[0] or offsets[-1] != spans.shape[0]:
+            raise IndexMismatchError("the sentence spans, offsets and vectors do not agree")
+        self.spans = spans
+        self.offsets = offsets
+        self.vectors = vectors
+        self.idf = idf
+
+    def __len__(self) -> int:
+        return int(self.spans.shape[0])
+
+    @property
+    def passages(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    def of(self, row: int) -> list[SentenceRef]:
+        """The sentences of passage row `row`, in order."""
+        first, last = int(self.offsets[row]), int(self.offsets[row + 1])
+        return [self.ref(i) for i in range(first, last)]
+
+    def ref(self, sentence_id: int) -> SentenceRef:
+        row, start, end, position, flags = (int(v) for v in self.spans[sentence_id])
+        kind: SpanKind = "code" if flags & CODE else ("item" if flags & ITEM else "prose")
+        return SentenceRef(sentence_id, row, start, end, position, bool(flags & WHOLE), kind)
+
+    @classmethod
+    def build(
+        cls, passages: Sequence[Passage], embedder: Embedder, *, batch_size: int = 128
+    ) -> SentenceStore:
+        """Split every passage, embed each distinct sentence text once. Blocking."""
+        spans: list[tuple[int, int, int, int, int]] = []
+        offsets = [0]
+        texts: dict[str, int] = {}
+        text_of: list[int] = []
+        for row, passage in enumerate(passages):
+            last_window = row + 1 == len(passages) or passages[row + 1].doc_id != passage.doc_id
+            for position, (start, end, flags) in enumerate(_spans(passage, last_window)):
+                spans.append((row, start, end, position, flags))
+                text = passage.text[start:end]
+                text_of.append(texts.setdefault(text, len(texts)))
+            offsets.append(len(spans))
+        distinct = sorted(texts, key=texts.__getitem__)
+        # Sorted by length, batches pad little.
+        order = sorted(range(len(distinct)), key=lambda i: len(distinct[i]))
+        dimension = embedder.dimension
+        encoded = np.zeros((len(distinct), dimension), dtype=np.float16)
+        for at in range(0, len(order), batch_size):
+            chunk = order[at : at + batch_size]
+            vectors = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
+            encoded[chunk] = vectors.astype(np.float16)
+        return cls(
+            np.asarray(spans, dtype=np.int32).reshape(-1, 5),
+            np.asarray(offsets, dtype=np.int64),
+            encoded[np.asarray(text_of, dtype=np.int64)]
+            if text_of
+            else np.zeros((0, dimension), np.float16),
+            Idf.count(f"{p.title}\n{p.text}" for p in passages),
+        )
+
+    def save(self, directory: Path) -> None:
+        target = directory / SENTENCES_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        np.save(target / "spans.npy", self.spans)
+        np.save(target / "offsets.npy", self.offsets)
+        np.save(target / "vectors.npy", self.vectors)
+        terms = {"documents": self.idf.documents, "frequencies": self.idf.frequencies}
+        (target / "terms.json").write_text(json.dumps(terms), encoding="utf-8")
+
+    @classmethod
+    def load(cls, directory: Path, passage_count: int, dimension: int) -> SentenceStore:
+        source = directory / SENTENCES_DIR
+        try:
+            terms = json.loads((source / "terms.json").read_text(encoding="utf-8"))
+            store = cls(
+                np.load(source / "spans.npy"),
+                np.load(source / "offsets.npy"),
+                np.load(source / "vectors.npy", mmap_mode="r"),
+                Idf(int(terms["documents"]), terms["frequencies"]),
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexMismatchError(f"cannot read the sentences of {directory}: {exc}") from exc
+        if store.passages != passage_count or store.vectors.shape[1] != dimension:
+            raise IndexMismatchError(
+                f"the sentences of {directory} are for {store.passages} passages of dimension "
+                f"{store.vectors.shape[1]}, the index has {passage_count} of {dimension}"
+            )
+        return store
+
+
+def _spans(passage: Passage, last_window: bool) -> Iterator[tuple[int, int, int]]:
+    text = passage.text
+    found = split_sentences(text)
+    for n, span in enumerate(found):
+        whole = True
+        if n == 0 and passage.position > 0 and not text[span.start].isupper():
+            whole = False  # the window starts inside a sentence
+        if n == len(found) - 1 and not last_window and not text[: span.end].endswith(_ENDS):
+            whole = False  # the window ends inside one
+        flags = (WHOLE if whole else 0) | (CODE if span.kind == "code" else 0)
+        flags |= ITEM if span.kind == "item" else 0
+        yield span.start, span.end, flags

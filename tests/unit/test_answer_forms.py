@@ -1,0 +1,164 @@
+"""The answer forms end to end in the pipeline, built from fakes over a real index: a quote
+without the model, focused context, `auto` by measured curves and the time left, a budget no
+generation can make, and the guards on a generated answer (loops, unsupported sentences)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from answer_service.pipeline.answer_stream import CitationConfig
+from answer_service.pipeline.events import (
+    AnswerRequest,
+    CitationEvent,
+    DoneEvent,
+    PipelineEvent,
+    PlanEvent,
+    SourcesEvent,
+    TokenEvent,
+)
+from answer_service.pipeline.planning import PlanningConfig
+from answer_service.pipeline.runner import AnswerPipeline
+from budget import Deadline
+from budget.forms import QualityCurves
+from tests.builders import make_index, make_pipeline
+from tests.fakes.scripted_generation import ScriptedGeneration, words
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_index(tmp_path_factory.mktemp("forms"))
+
+
+async def answer(
+    pipeline: AnswerPipeline, query: str, *, budget_ms: int = 5_000, **request: object
+) -> list[PipelineEvent]:
+    prepared = await pipeline.prepare(
+        AnswerRequest(query, budget_ms, 3, **request),  # type: ignore[arg-type]
+        Deadline.after_ms(budget_ms),
+    )
+    return [event async for event in pipeline.events(prepared)]
+
+
+def text_of(events: list[PipelineEvent]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TokenEvent))
+
+
+def done_of(events: list[PipelineEvent]) -> DoneEvent:
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    return done
+
+
+async def test_a_quote_is_the_sentence_that_answers_with_its_source(index_dir: Path) -> None:
+    generation = ScriptedGeneration(words("never asked"))
+    pipeline, exporter = make_pipeline(index_dir, workers=[generation], answer_mode="quote")
+    events = await answer(pipeline, "Where is Mount Etna?")
+    assert generation.prompts == []  # no model
+    text = text_of(events)
+    assert "Mount Etna is an active volcano on the island of Sicily" in text
+    sources = next(e for e in events if isinstance(e, SourcesEvent)).sources
+    (citation,) = [e.citation for e in events if isinstance(e, CitationEvent)]
+    assert sources[citation.sources[0] - 1].doc_id == "volcano"
+    assert (citation.start, citation.end) == (0, len(text))
+    plan = next(e for e in events if isinstance(e, PlanEvent)).record
+    assert (plan.mode, plan.form) == ("quote", "quote")
+    stats = done_of(events).stats
+    assert (stats.form, stats.finish_reason, stats.prompt_tokens) == ("quote", "quote", 0)
+    assert stats.ttft_ms is not None
+    assert "sentences" in {span.name for span in exporter.get_finished_spans()}
+
+
+async def test_focused_context_gives_the_model_excerpts_not_passages(index_dir: Path) -> None:
+    generation = ScriptedGeneration(words("Sicily."))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation], answer_mode="focused")
+    events = await answer(pipeline, "Where is Mount Etna?")
+    (prompt,) = generation.prompts
+    assert "Mount Etna is an active volcano" in prompt
+    stats = done_of(events).stats
+    assert stats.form == "focused"
+    sources = next(e for e in events if isinstance(e, SourcesEvent)).sources
+    assert "volcano" in {s.doc_id for s in sources}
+
+
+async def test_auto_follows_the_measured_curves(index_dir: Path) -> None:
+    generation = ScriptedGeneration(words("Sicily."))
+    quoting, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        answer_mode="auto",
+        form_quality=QualityCurves({"quote": (0.8,), "passages": (0.3, 0.4, 0.4)}),
+    )
+    events = await answer(quoting, "Where is Mount Etna?")
+    assert done_of(events).stats.form == "quote"
+    assert generation.prompts == []
+    generating, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        answer_mode="auto",
+        form_quality=QualityCurves({"quote": (0.2,), "passages": (0.5, 0.9, 0.9)}),
+    )
+    events = await answer(generating, "Where is Mount Etna?")
+    stats = done_of(events).stats
+    assert stats.form == "passages"
+    assert stats.passages_in_prompt == 2  # the smallest context of the best quality
+    plan = next(e for e in events if isinstance(e, PlanEvent)).record
+    assert "quality" in plan.form_reason
+
+
+async def test_a_budget_no_generation_can_make_gets_a_quote(index_dir: Path) -> None:
+    generation = ScriptedGeneration(words("never asked"))
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        answer_mode="auto",
+        planning=PlanningConfig(enabled=True),
+    )
+    # The first-token prior alone is over 100 ms: no generation fits 60 ms.
+    events = await answer(pipeline, "Where is Mount Etna?", budget_ms=60)
+    stats = done_of(events).stats
+    assert stats.form == "quote"
+    assert generation.prompts == []
+    assert "Sicily" in text_of(events)
+
+
+async def test_a_loop_is_stopped_and_the_request_aborted(index_dir: Path) -> None:
+    loop = "Green tea steeps for two minutes. " * 40
+    generation = ScriptedGeneration(words(loop.strip()))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped?")
+    stats = done_of(events).stats
+    assert stats.finish_reason == "repetition"
+    assert len(generation.aborted) == 1
+    assert text_of(events).count("Green tea steeps for two minutes.") <= 2
+
+
+@pytest.mark.parametrize(
+    ("policy", "shown", "finish"),
+    [
+        ("mark", "Green tea steeps for two minutes. Bananas grow on trees in Peru.", "stop"),
+        ("drop", "Green tea steeps for two minutes.", "stop"),
+        ("stop", "Green tea steeps for two minutes.", "unsupported"),
+    ],
+)
+async def test_an_unsupported_sentence_is_marked_dropped_or_stops_the_answer(
+    index_dir: Path, policy: str, shown: str, finish: str
+) -> None:
+    said = "Green tea steeps for two minutes. Bananas grow on trees in Peru."
+    generation = ScriptedGeneration(words(said))
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        citations=CitationConfig(unsupported=policy),  # type: ignore[arg-type]
+    )
+    events = await answer(pipeline, "How long is green tea steeped?")
+    assert text_of(events).strip() == shown
+    stats = done_of(events).stats
+    assert stats.finish_reason == finish
+    assert stats.unsupported_sentences == 1
+    citations = [e.citation for e in events if isinstance(e, CitationEvent)]
+    text = text_of(events)
+    for citation in citations:
+        assert text[citation.start : citation.end] in said
+    assert citations[0].supported

@@ -1,0 +1,113 @@
+"""The sentence splitter: abbreviations, decimals, initials, wrapped lines, lists and code, and
+the streamed splitter giving the same sentences as the whole text."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.sentences.splitter import SentenceStream, split_sentences
+
+
+def sentences(text: str) -> list[str]:
+    return [text[s.start : s.end] for s in split_sentences(text)]
+
+
+def test_plain_prose_splits_at_sentence_ends() -> None:
+    assert sentences("Tea is green. Coffee is brown! Is milk white? Yes.") == [
+        "Tea is green.",
+        "Coffee is brown!",
+        "Is milk white?",
+        "Yes.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Use a solvent, e.g. ethanol, to clean it.",
+        "The value is 3.14 and rises to 4.5 at noon.",
+        "J. R. R. Tolkien wrote it in 1937.",
+        "Dr. Smith met Mr. Jones at approx. 5 p.m. on the pier.",
+        "It moved to the U.S. Army in 1942.",
+        "Call `pg_stat.activity. Rows` for the list.",
+        "Version v2.1 fixed it.",
+    ],
+)
+def test_no_boundary_inside_abbreviations_numbers_initials_or_code(text: str) -> None:
+    assert sentences(text) == [text]
+
+
+def test_closing_quotes_and_brackets_stay_with_their_sentence() -> None:
+    assert sentences('He said "stop." Then he left (quietly.) The end.') == [
+        'He said "stop."',
+        "Then he left (quietly.)",
+        "The end.",
+    ]
+
+
+def test_a_line_break_inside_prose_is_white_space() -> None:
+    text = " CREATE INDEX constructs an index on the column(s)\n of the relation.\n Indexes speed queries."
+    assert sentences(text) == [
+        "CREATE INDEX constructs an index on the column(s)\n of the relation.",
+        "Indexes speed queries.",
+    ]
+
+
+def test_a_synopsis_is_one_unit() -> None:
+    text = (
+        "Synopsis\n\nCREATE [ UNIQUE ] INDEX [ CONCURRENTLY ] [ name ] ON table_name\n"
+        " ( { column_name | ( expression ) } [, ...] )\n [ WHERE predicate ]\n\n"
+        "Description. It builds an index."
+    )
+    spans = split_sentences(text)
+    assert [s.kind for s in spans] == ["prose", "code", "prose", "prose"]
+    assert text[spans[1].start : spans[1].end].endswith("[ WHERE predicate ]")
+
+
+def test_a_fenced_block_is_one_unit_even_with_blank_lines_and_dots_inside() -> None:
+    text = "Run this:\n\n```sql\nSELECT 1.5;\n\nVACUUM FULL t. \n```\n\nDone. Really."
+    assert sentences(text) == [
+        "Run this:",
+        "```sql\nSELECT 1.5;\n\nVACUUM FULL t. \n```",
+        "Done.",
+        "Really.",
+    ]
+
+
+def test_list_items_are_units() -> None:
+    text = "Steps:\n\n- Stop the server.\n- Copy the files. Then check them.\n- Start it."
+    spans = split_sentences(text)
+    assert [text[s.start : s.end] for s in spans] == [
+        "Steps:",
+        "- Stop the server.",
+        "- Copy the files. Then check them.",
+        "- Start it.",
+    ]
+    assert [s.kind for s in spans[1:]] == ["item", "item", "item"]
+
+
+SAMPLES = [
+    "Tea is green. Coffee is brown! Is milk white? Yes, it is.",
+    "Dr. Smith met Mr. Jones. They spoke of 3.14 and e.g. pi.\n\nA new paragraph. Another.",
+    "Use this:\n\n```\nSELECT 1;\nSELECT 2.\n```\n\nThen stop. Done.",
+    "Steps:\n\n- one thing.\n- two things.\n\nAfter the list. End.",
+]
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+@pytest.mark.parametrize("piece", [1, 3, 7])
+def test_streamed_pieces_give_the_same_sentences(text: str, piece: int) -> None:
+    stream = SentenceStream()
+    spans = []
+    for at in range(0, len(text), piece):
+        spans += stream.feed(text[at : at + piece])
+    spans += stream.finish()
+    assert spans == split_sentences(text)
+
+
+def test_a_streamed_sentence_is_released_once_the_next_one_starts() -> None:
+    stream = SentenceStream()
+    assert stream.feed("Green tea steeps for two minutes.") == []
+    assert stream.feed(" ") == []
+    (first,) = stream.feed("It")
+    assert stream.text[first.start : first.end] == "Green tea steeps for two minutes."
