@@ -20,16 +20,17 @@ from generation.server.launch import (
 )
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
-from tests.support import SQUAD_PASSAGES, free_port, serve_in_thread, wait_ready
+from tests.support import SQUAD_PASSAGES, free_port, open_text, serve_in_thread, wait_ready
 
-# The first 12 SQuAD dev articles' passages (Super Bowl 50, Warsaw, Normans, ...).
+# The first SQuAD dev passages (Super Bowl 50, Warsaw, Normans, two of Nikola Tesla): all of
+# tests/fixtures/squad/passages.jsonl.gz.
 SQUAD_SUBSET = 150
 
 
 @pytest.fixture(scope="session")
 def squad_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("squad") / "passages.jsonl"
-    with SQUAD_PASSAGES.open() as source, path.open("w") as target:
+    with open_text(SQUAD_PASSAGES) as source, path.open("w") as target:
         target.writelines(itertools.islice(source, SQUAD_SUBSET))
     return path
 

@@ -12,7 +12,7 @@ import pytest
 from eval.commands.main import main
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.scifact import SCIFACT, load_subset
+from tests.scifact import QRELS, load_subset
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "corpus": corpus,
         "queries": queries,
-        "qrels": SCIFACT / "qrels" / "train.tsv",
+        "qrels": QRELS,
         "index": tmp / "index",
         "tmp": tmp,
     }

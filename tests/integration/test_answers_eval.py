@@ -14,7 +14,7 @@ import pytest
 from eval.commands.main import main
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import SQUAD_QUESTIONS, serve_in_thread
+from tests.support import SQUAD_QUESTIONS, open_text, serve_in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first six questions (Super Bowl 50, inside the 150-passage test index)."""
     path = tmp_path_factory.mktemp("answers") / "questions.jsonl"
-    with SQUAD_QUESTIONS.open() as source:
+    with open_text(SQUAD_QUESTIONS) as source:
         path.write_text("".join(itertools.islice(source, 6)))
     return path
 

@@ -12,7 +12,7 @@ import pytest
 
 from generation.server.launch import SGLangServer
 from tests.integration.conftest import SQUAD_SUBSET, ServiceFactory
-from tests.support import SQUAD_PASSAGES, SQUAD_QUESTIONS, parse_sse, post_answer
+from tests.support import SQUAD_PASSAGES, SQUAD_QUESTIONS, open_text, parse_sse, post_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang, pytest.mark.smollm2]
 
@@ -53,9 +53,9 @@ def test_repeated_question_reuses_the_kv_cache(url: str) -> None:
 
 
 def _questions_on_indexed_passages(limit: int) -> list[dict[str, object]]:
-    with SQUAD_PASSAGES.open() as passages:
+    with open_text(SQUAD_PASSAGES) as passages:
         indexed = {json.loads(line)["_id"] for line in itertools.islice(passages, SQUAD_SUBSET)}
-    with SQUAD_QUESTIONS.open() as questions:
+    with open_text(SQUAD_QUESTIONS) as questions:
         rows = (json.loads(line) for line in questions)
         return list(itertools.islice((q for q in rows if q["gold_passage_id"] in indexed), limit))
 

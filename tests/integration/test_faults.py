@@ -26,12 +26,12 @@ from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import free_port, parse_sse, post_answer, serve_in_thread, wait_ready
+from tests.scifact import CORPUS as SCIFACT_CORPUS
+from tests.support import free_port, open_text, parse_sse, post_answer, serve_in_thread, wait_ready
 
 pytestmark = pytest.mark.integration
 
 QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
-SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_an_index_swapped_while_serving_drops_no_request(
     tmp_path: Path,
 ) -> None:
     other = tmp_path / "scifact.jsonl"
-    with SCIFACT.open() as source:
+    with open_text(SCIFACT_CORPUS) as source:
         other.write_text("".join(itertools.islice(source, 30)))
     other_index = tmp_path / "scifact-index"
     build_index(other, other_index, SentenceTransformerEmbedder(EmbedderConfig()), progress=False)
