@@ -91,6 +91,16 @@ def smollm2_sglang(
 
 ServiceFactory = Callable[..., AbstractContextManager[str]]
 
+# Settings every service in these tests starts with; a test's own keyword wins.
+SERVICE_DEFAULTS: dict[str, Any] = {
+    "reranker_model": None,
+    # Tests ask the same question again to see SGLang's cache, the planner or a fault: the
+    # answer cache would answer instead. tests/integration/test_caches.py turns it on.
+    "answer_cache_ttl_s": 0,
+}
+# What `tiny_service` adds: random weights seldom stop, so a few tokens bound every answer.
+TINY_ANSWERS: dict[str, Any] = {"max_new_tokens": 8}
+
 
 @pytest.fixture(scope="session")
 def service(squad_index: Path) -> ServiceFactory:
@@ -98,14 +108,21 @@ def service(squad_index: Path) -> ServiceFactory:
 
     @contextmanager
     def run(*, ready: bool = True, **overrides: Any) -> Iterator[str]:
-        overrides.setdefault("reranker_model", None)
-        # Tests ask the same question again to see SGLang's cache, the planner or a fault:
-        # the answer cache would answer instead. tests/integration/test_caches.py turns it on.
-        overrides.setdefault("answer_cache_ttl_s", 0)
-        settings = Settings(index_dir=overrides.pop("index_dir", squad_index), **overrides)
+        settings = Settings(**{"index_dir": squad_index, **SERVICE_DEFAULTS, **overrides})
         with serve_in_thread(create_app(settings)) as url:
             if ready:
                 wait_ready(url)
             yield url
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_service(service: ServiceFactory, tiny_sglang: SGLangServer) -> ServiceFactory:
+    """`with tiny_service(**settings) as url:` the app answering through the real tiny SGLang:
+    a normal answer's mechanics (events, spans, timing, caches, access), never its words."""
+
+    def run(**overrides: Any) -> AbstractContextManager[str]:
+        return service(**{"sglang_url": tiny_sglang.url, **TINY_ANSWERS, **overrides})
 
     return run
