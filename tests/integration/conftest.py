@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -78,6 +79,13 @@ def tiny_sglang(
     )
     yield server
     server.stop()
+
+
+def requests_taken(server: SGLangServer) -> int:
+    """Requests the server's scheduler has taken in so far: the `#new-seq` of every prefill
+    batch its log reports (SGLang logs each one). What reached SGLang, seen from its side."""
+    log = server.log_path.read_text(errors="replace")
+    return sum(int(n) for n in re.findall(r"Prefill batch, #new-seq: (\d+)", log))
 
 
 @pytest.fixture(scope="module")
