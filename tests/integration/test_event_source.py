@@ -1,5 +1,6 @@
 """`POST /v1/answer` consumed as an EventSource client would, with httpx-sse: named events,
-JSON data, a text/event-stream content type, and the stream's order (the real tiny SGLang)."""
+JSON data, a text/event-stream content type, and the stream's order; and the same answer as
+one JSON object (`stream: false`). The real tiny SGLang answers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from tests.integration.conftest import ServiceFactory
+from tests.integration.conftest import TINY_ANSWERS, ServiceFactory
+from tests.support import post_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
@@ -42,3 +44,23 @@ def test_an_event_source_client_reads_the_answer(url: str) -> None:
     assert 0 < names.count("token") <= done["completion_tokens"] <= 8
     assert "".join(data["text"] for name, data in events if name == "token")
     assert events[0][1]["passages"] <= 3
+
+
+def test_a_non_streaming_answer_is_one_json_object(url: str) -> None:
+    query = "Which NFL team represented the AFC at Super Bowl 50?"
+    response = post_answer(url, {"query": query, "stream": False, "top_k": 3})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert body["answer"]
+    assert [s["number"] for s in body["sources"]] == [1, 2, 3]
+    assert body["sources"][0]["id"] == "Super_Bowl_50-0#0"
+    assert body["plan"]["passages"] <= 3
+    done = body["done"]
+    assert done["outcome"] == "ok"
+    assert 0 < done["completion_tokens"] <= TINY_ANSWERS["max_new_tokens"]
+    # Every sentence of the answer has its citation, in order.
+    citations = body["citations"]
+    assert citations
+    assert [c["sentence"] for c in citations] == list(range(len(citations)))
+    assert body["error"] is None
