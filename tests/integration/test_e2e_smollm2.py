@@ -68,3 +68,18 @@ def test_gold_passages_are_retrieved_for_real_questions(url: str) -> None:
         hits += any(s["doc_id"] == question["gold_passage_id"] for s in body["sources"])
         assert body["done"]["outcome"] == "ok"
     assert hits >= 6, f"gold passage among the 5 sources for only {hits} of {len(questions)}"
+
+
+def test_the_service_cites_a_real_answer(url: str) -> None:
+    """The words are the model's (greedy, so the same on every run here); the citations are the
+    service's: each sentence in order, the one naming the winner backed by the gold passage."""
+    events = parse_sse(post_answer(url, {"query": "Who won Super Bowl 50?"}).text)
+    answer = "".join(e.data["text"] for e in events if e.event == "token")
+    assert "Broncos" in answer, answer
+    sources = {s["number"]: s["doc_id"] for s in events[1].data["sources"]}
+    citations = [e.data for e in events if e.event == "citation"]
+    assert [c["sentence"] for c in citations] == list(range(len(citations)))
+    assert citations[-1]["end"] == len(answer.rstrip())
+    winner = next(c for c in citations if "Broncos" in answer[c["start"] : c["end"]])
+    assert winner["supported"] is True
+    assert "Super_Bowl_50-0" in {sources[n] for n in winner["sources"]}
