@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.index import builder as indexer
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import Vectors
 from retrieval.errors import (
@@ -15,6 +14,7 @@ from retrieval.errors import (
     IndexNotFoundError,
     RetrievalError,
 )
+from retrieval.index import builder as indexer
 from retrieval.index.builder import build_index
 from retrieval.index.faiss_index import FaissIndex, read_manifest
 from retrieval.passage import ChunkingConfig
