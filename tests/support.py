@@ -1,7 +1,9 @@
-"""Helpers shared by the tests: free ports, a real uvicorn server in a thread, SSE collection."""
+"""Helpers shared by the tests: the data fixtures, free ports, a real uvicorn server in a
+thread, SSE collection."""
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -9,16 +11,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-SQUAD_PASSAGES = SHARED_DATA / "squad-v1.1-open" / "passages.jsonl"
-SQUAD_QUESTIONS = SHARED_DATA / "squad-v1.1-open" / "questions.jsonl"
+# Small subsets of the shared data sets, kept in the repository with their licenses
+# (tests/fixtures/*/PROVENANCE.txt); only tests/fixtures/derive.py reads the shared data.
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+SQUAD_PASSAGES = FIXTURES / "squad" / "passages.jsonl.gz"  # the first 150 passages
+SQUAD_QUESTIONS = FIXTURES / "squad" / "questions.jsonl.gz"  # the 827 questions on them
+
+
+def open_text(path: Path) -> IO[str]:
+    """A fixture's lines, gzip or plain; the service's readers take either."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
 
 
 def free_port() -> int:

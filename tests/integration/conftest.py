@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -20,16 +21,17 @@ from generation.server.launch import (
 )
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
-from tests.support import SQUAD_PASSAGES, free_port, serve_in_thread, wait_ready
+from tests.support import SQUAD_PASSAGES, free_port, open_text, serve_in_thread, wait_ready
 
-# The first 12 SQuAD dev articles' passages (Super Bowl 50, Warsaw, Normans, ...).
+# The first SQuAD dev passages (Super Bowl 50, Warsaw, Normans, two of Nikola Tesla): all of
+# tests/fixtures/squad/passages.jsonl.gz.
 SQUAD_SUBSET = 150
 
 
 @pytest.fixture(scope="session")
 def squad_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("squad") / "passages.jsonl"
-    with SQUAD_PASSAGES.open() as source, path.open("w") as target:
+    with open_text(SQUAD_PASSAGES) as source, path.open("w") as target:
         target.writelines(itertools.islice(source, SQUAD_SUBSET))
     return path
 
@@ -79,6 +81,13 @@ def tiny_sglang(
     server.stop()
 
 
+def requests_taken(server: SGLangServer) -> int:
+    """Requests the server's scheduler has taken in so far: the `#new-seq` of every prefill
+    batch its log reports (SGLang logs each one). What reached SGLang, seen from its side."""
+    log = server.log_path.read_text(errors="replace")
+    return sum(int(n) for n in re.findall(r"Prefill batch, #new-seq: (\d+)", log))
+
+
 @pytest.fixture(scope="module")
 def smollm2_sglang(
     tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
@@ -90,6 +99,16 @@ def smollm2_sglang(
 
 ServiceFactory = Callable[..., AbstractContextManager[str]]
 
+# Settings every service in these tests starts with; a test's own keyword wins.
+SERVICE_DEFAULTS: dict[str, Any] = {
+    "reranker_model": None,
+    # Tests ask the same question again to see SGLang's cache, the planner or a fault: the
+    # answer cache would answer instead. tests/integration/test_caches.py turns it on.
+    "answer_cache_ttl_s": 0,
+}
+# What `tiny_service` adds: random weights seldom stop, so a few tokens bound every answer.
+TINY_ANSWERS: dict[str, Any] = {"max_new_tokens": 8}
+
 
 @pytest.fixture(scope="session")
 def service(squad_index: Path) -> ServiceFactory:
@@ -97,14 +116,21 @@ def service(squad_index: Path) -> ServiceFactory:
 
     @contextmanager
     def run(*, ready: bool = True, **overrides: Any) -> Iterator[str]:
-        overrides.setdefault("reranker_model", None)
-        # Tests ask the same question again to see SGLang's cache, the planner or a fault:
-        # the answer cache would answer instead. tests/integration/test_caches.py turns it on.
-        overrides.setdefault("answer_cache_ttl_s", 0)
-        settings = Settings(index_dir=overrides.pop("index_dir", squad_index), **overrides)
+        settings = Settings(**{"index_dir": squad_index, **SERVICE_DEFAULTS, **overrides})
         with serve_in_thread(create_app(settings)) as url:
             if ready:
                 wait_ready(url)
             yield url
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_service(service: ServiceFactory, tiny_sglang: SGLangServer) -> ServiceFactory:
+    """`with tiny_service(**settings) as url:` the app answering through the real tiny SGLang:
+    a normal answer's mechanics (events, spans, timing, caches, access), never its words."""
+
+    def run(**overrides: Any) -> AbstractContextManager[str]:
+        return service(**{"sglang_url": tiny_sglang.url, **TINY_ANSWERS, **overrides})
 
     return run

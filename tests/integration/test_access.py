@@ -1,11 +1,10 @@
 """API keys, rate limits, open-answer limits, body limits and CORS over real HTTP, with a real
-Redis shared by two replicas (and a dead one)."""
+Redis shared by two replicas (and a dead one), answering through the real tiny SGLang."""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,24 +16,16 @@ import openai
 import pytest
 
 from answer_service.runtime.auth import ApiKey, digest, write_api_keys
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import free_port, parse_sse, serve_in_thread
+from tests.support import free_port, parse_sse
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
 PREMIUM = "ask_premium-test-key"
 SLOW = "ask_slow-test-key"
 ONE_AT_A_TIME = "ask_single-stream-key"
-
-
-@pytest.fixture(scope="module")
-def sglang(chatml_tokenizer_dir: Path) -> Iterator[tuple[str, FakeSGLangState]]:
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with serve_in_thread(create_fake_sglang(state)) as url:
-        yield url, state
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +43,8 @@ def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def settings(sglang: tuple[str, FakeSGLangState], keys_file: Path) -> dict[str, Any]:
+def settings(keys_file: Path) -> dict[str, Any]:
     return {
-        "sglang_url": sglang[0],
         "api_keys_file": keys_file,
         "redis_url": REDIS_URL,
         "redis_prefix": f"test-{uuid.uuid4().hex[:8]}:",
@@ -63,16 +53,25 @@ def settings(sglang: tuple[str, FakeSGLangState], keys_file: Path) -> dict[str, 
 
 
 @pytest.fixture(scope="module")
-def url(service: ServiceFactory, settings: dict[str, Any]) -> Iterator[str]:
-    with service(**settings) as base:
+def url(tiny_service: ServiceFactory, settings: dict[str, Any]) -> Iterator[str]:
+    with tiny_service(**settings) as base:
         yield base
+
+
+BODY = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 2}
 
 
 def _ask(url: str, key: str | None = None, **headers: str) -> httpx.Response:
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
-    body = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 2}
-    return httpx.post(f"{url}/v1/answer", json=body, headers=headers, timeout=30)
+    return httpx.post(f"{url}/v1/answer", json=BODY, headers=headers, timeout=30)
+
+
+def _status_then_leave(url: str, key: str) -> int:
+    """The status of an answer asked for and left at once (the service aborts it)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.stream("POST", f"{url}/v1/answer", json=BODY, headers=headers, timeout=30) as r:
+        return r.status_code
 
 
 def test_no_key_or_a_wrong_one_is_401(url: str) -> None:
@@ -117,9 +116,9 @@ def test_the_openai_client_sends_its_key(url: str) -> None:
 
 
 def test_replicas_share_one_rate_limit_through_redis(
-    service: ServiceFactory, url: str, settings: dict[str, Any]
+    tiny_service: ServiceFactory, url: str, settings: dict[str, Any]
 ) -> None:
-    with service(**settings) as other:
+    with tiny_service(**settings) as other:
         assert _ask(url, SLOW).status_code == 200
         assert _ask(other, SLOW).status_code == 200  # the burst of 2 is spent across both
         limited = _ask(url, SLOW)
@@ -129,36 +128,37 @@ def test_replicas_share_one_rate_limit_through_redis(
 
 
 def test_with_redis_down_each_replica_limits_alone(
-    service: ServiceFactory, settings: dict[str, Any]
+    tiny_service: ServiceFactory, settings: dict[str, Any]
 ) -> None:
     dead = {**settings, "redis_url": f"redis://127.0.0.1:{free_port()}/0"}
-    with service(**dead) as base:
+    with tiny_service(**dead) as base:
         codes = [_ask(base, SLOW).status_code for _ in range(3)]
         ready = httpx.get(f"{base}/readyz", timeout=10).json()
     assert codes == [200, 200, 429]
     assert ready["redis"].startswith("down: ")
 
 
-def test_a_key_has_at_most_its_open_answers(url: str, sglang: tuple[str, FakeSGLangState]) -> None:
-    state = sglang[1]
-    state.token_delay_s = 0.3  # the first answer stays open ~1.5 s
-    asked = len(state.requests)
-    try:
-        first: list[httpx.Response] = []
-        thread = threading.Thread(target=lambda: first.append(_ask(url, ONE_AT_A_TIME)))
-        thread.start()
-        try:
-            while len(state.requests) == asked:  # until the first reaches SGLang
-                threading.Event().wait(0.05)
-            second = _ask(url, ONE_AT_A_TIME)
-        finally:
-            thread.join()
-    finally:
-        state.token_delay_s = 0.01
-    assert second.status_code == 429
-    assert "already has 1 answers open" in second.json()["error"]["message"]
-    assert first[0].status_code == 200
-    assert _ask(url, ONE_AT_A_TIME).status_code == 200  # closed again
+def test_a_key_has_at_most_its_open_answers(
+    tiny_service: ServiceFactory, settings: dict[str, Any]
+) -> None:
+    # Random weights seldom stop: 2,000 tokens keep the first answer open until it is left.
+    headers = {"Authorization": f"Bearer {ONE_AT_A_TIME}"}
+    with (
+        tiny_service(**settings, max_new_tokens=2000) as base,
+        httpx.stream("POST", f"{base}/v1/answer", json=BODY, headers=headers, timeout=30) as first,
+    ):
+        assert first.status_code == 200
+        lines = first.iter_lines()  # held: a dropped iterator closes the connection
+        assert "event: token" in lines  # generating
+        second = _ask(base, ONE_AT_A_TIME)
+        assert second.status_code == 429
+        assert "already has 1 answers open" in second.json()["error"]["message"]
+        first.close()  # the client goes away: the answer is aborted and closed
+        deadline = time.monotonic() + 10
+        while (again := _status_then_leave(base, ONE_AT_A_TIME)) == 429:
+            assert time.monotonic() < deadline, "the left answer was never closed"
+            time.sleep(0.1)
+        assert again == 200
 
 
 def test_a_body_over_the_limit_is_413(url: str) -> None:
@@ -199,9 +199,7 @@ def test_cors_allows_the_configured_origin_only(url: str) -> None:
     assert "access-control-allow-origin" not in other.headers
 
 
-def test_traces_are_scoped_to_the_callers_key(
-    service: ServiceFactory, sglang: tuple[str, FakeSGLangState], tmp_path: Path
-) -> None:
+def test_traces_are_scoped_to_the_callers_key(tiny_service: ServiceFactory, tmp_path: Path) -> None:
     """A key holder sees the traces of its own key's requests; an admin key sees all."""
     team_a, team_b, ops = "ask_team-a-key", "ask_team-b-key", "ask_ops-admin-key"
     path = tmp_path / "keys.json"
@@ -216,7 +214,7 @@ def test_traces_are_scoped_to_the_callers_key(
             }
         )
     )
-    with service(sglang_url=sglang[0], api_keys_file=path) as base:
+    with tiny_service(api_keys_file=path) as base:
         asked = [_ask(base, key).status_code for key in (team_a, team_b, team_b)]
         openai_client = openai.OpenAI(base_url=f"{base}/v1", api_key=team_a, max_retries=0)
         openai_client.chat.completions.create(
@@ -243,8 +241,7 @@ def test_traces_are_scoped_to_the_callers_key(
 
 
 def test_a_revoked_key_is_refused_without_a_restart(
-    service: ServiceFactory,
-    sglang: tuple[str, FakeSGLangState],
+    tiny_service: ServiceFactory,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -267,7 +264,7 @@ def test_a_revoked_key_is_refused_without_a_restart(
 
     with (
         caplog.at_level(logging.ERROR, logger="answer_service"),
-        service(sglang_url=sglang[0], api_keys_file=path) as base,
+        tiny_service(api_keys_file=path) as base,
     ):
         assert _ask(base, goes).status_code == 200
         write_api_keys(path, [kept])  # what `answer-service keys revoke --id goes` writes

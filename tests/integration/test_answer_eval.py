@@ -1,5 +1,5 @@
 """`answer-eval retrieval` end to end on a SciFact subset: in-process and against a running
-service's /v1/retrieve, which must agree."""
+service's /v1/retrieve (ready with the real tiny SGLang behind it), which must agree."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import httpx
 import pytest
 
 from eval.commands.main import main
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.scifact import SCIFACT, load_subset
-from tests.support import serve_in_thread
+from tests.scifact import QRELS, load_subset
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +34,14 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "corpus": corpus,
         "queries": queries,
-        "qrels": SCIFACT / "qrels" / "train.tsv",
+        "qrels": QRELS,
         "index": tmp / "index",
         "tmp": tmp,
     }
 
 
-def test_in_process_then_over_http(
-    dataset: dict[str, Path], service: ServiceFactory, chatml_tokenizer_dir: Path
-) -> None:
+@pytest.mark.sglang
+def test_in_process_then_over_http(dataset: dict[str, Path], tiny_service: ServiceFactory) -> None:
     out = dataset["tmp"] / "local.json"
     args = [
         "retrieval",
@@ -69,11 +66,7 @@ def test_in_process_then_over_http(
     assert "ir-measures" in local["versions"]
     assert not out.with_name("local.json.partial.jsonl").exists()
 
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with (
-        serve_in_thread(create_fake_sglang(state)) as sglang,
-        service(sglang_url=sglang, index_dir=dataset["index"]) as url,
-    ):
+    with tiny_service(index_dir=dataset["index"]) as url:
         assert httpx.get(f"{url}/v1/retrieve/modes").json() == {
             "modes": ["dense", "lexical", "hybrid"]
         }

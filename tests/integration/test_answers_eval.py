@@ -1,5 +1,6 @@
 """`answer-eval answers` end to end on SQuAD questions: in-process and through a running
-service, with a scripted generator so the scores are known in advance."""
+service on the real tiny SGLang, which must agree; the scores of answers known in advance
+(a scripted generator); and a run interrupted by an answer that hangs (the fake)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from eval.commands.main import main
+from generation.server.launch import SGLangServer
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.integration.conftest import ServiceFactory
-from tests.support import SQUAD_QUESTIONS, serve_in_thread
+from tests.integration.conftest import TINY_ANSWERS, ServiceFactory
+from tests.support import SQUAD_QUESTIONS, open_text, serve_in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +26,7 @@ pytestmark = pytest.mark.integration
 def questions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first six questions (Super Bowl 50, inside the 150-passage test index)."""
     path = tmp_path_factory.mktemp("answers") / "questions.jsonl"
-    with SQUAD_QUESTIONS.open() as source:
+    with open_text(SQUAD_QUESTIONS) as source:
         path.write_text("".join(itertools.islice(source, 6)))
     return path
 
@@ -34,40 +37,84 @@ def _run(args: list[str], out: Path) -> dict[str, object]:
     return result
 
 
+def _in_process(questions: Path, squad_corpus: Path, squad_index: Path, sglang: str) -> list[str]:
+    return [
+        *("--questions", str(questions), "--ttft-budget-ms", "5000", "--top-k", "3"),
+        *("--passages", str(squad_corpus), "--index", str(squad_index)),
+        *("--sglang-url", sglang, "--reranker", "none"),
+    ]
+
+
+@pytest.mark.sglang
 def test_in_process_and_over_http_agree(
     questions: Path,
     squad_index: Path,
     squad_corpus: Path,
-    service: ServiceFactory,
+    tiny_service: ServiceFactory,
+    tiny_sglang: SGLangServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same questions through the pipeline in-process and through the service, both on the
+    real tiny SGLang: the same prompts, the same greedy answers, the same scores. Its cache is
+    flushed before each run, so both decode from a cold cache."""
+    # In-process, the pipeline reads the service's settings from the environment.
+    for name, value in TINY_ANSWERS.items():
+        monkeypatch.setenv(f"ANSWER_{name.upper()}", str(value))
+    monkeypatch.setenv("ANSWER_ANSWER_CACHE_TTL_S", "0")
+    # The fixed configuration, as in the test below: sources are the prompt's passages.
+    monkeypatch.setenv("ANSWER_PLANNER", "false")
+    common = ["--questions", str(questions), "--ttft-budget-ms", "5000", "--top-k", "3"]
+    _flush(tiny_sglang)
+    local = _run(
+        _in_process(questions, squad_corpus, squad_index, tiny_sglang.url), tmp_path / "local.json"
+    )
+    with tiny_service(planner=False) as url:
+        _flush(tiny_sglang)
+        remote = _run([*common, "--url", url], tmp_path / "remote.json")
+
+    assert local["dataset"] == {"questions": 6, "answerable": 6, "with_gold_passage": 6}
+    metrics, remote_metrics = local["metrics"], remote["metrics"]
+    assert isinstance(metrics, dict)
+    assert isinstance(remote_metrics, dict)
+    assert metrics["ok"] == remote_metrics["ok"] == 6
+    # All six gold passages are Super_Bowl_50-0 or -1, which hybrid retrieval finds.
+    assert metrics["gold_in_sources"] == remote_metrics["gold_in_sources"] == 1.0
+    assert metrics["ttft_ms"]["p50"] is not None
+    for name in ("exact_match", "f1", "answer_recall", "citation_precision", "citation_recall"):
+        assert remote_metrics[name] == metrics[name], name
+    requests = [local["requests"], remote["requests"]]
+    assert isinstance(requests[0], list)
+    assert isinstance(requests[1], list)
+    for mine, theirs in zip(*requests, strict=True):
+        assert mine["source_doc_ids"] == theirs["source_doc_ids"]
+        assert mine["answer"] == theirs["answer"]
+
+
+def _flush(server: SGLangServer) -> None:
+    httpx.post(f"{server.url}/flush_cache", timeout=30).raise_for_status()
+
+
+def test_known_answers_get_known_scores(
+    questions: Path,
+    squad_index: Path,
+    squad_corpus: Path,
     chatml_tokenizer_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The scores of answers whose words are known in advance, which no real model writes on
+    demand: every question gets the first one's answer (Denver Broncos), citing source 1."""
     # The fixed configuration: every answer's prompt (and so its sources) holds the top 3; the
     # planner would give back-to-back questions fewer.
     monkeypatch.setenv("ANSWER_PLANNER", "false")
-    # Every question gets the answer of the first one (Denver Broncos), citing source 1.
     state = FakeSGLangState(
         model_path=str(chatml_tokenizer_dir), tokens=("Denver", " Broncos", " [1]", ".")
     )
-    common = ["--questions", str(questions), "--ttft-budget-ms", "5000", "--top-k", "3"]
     with serve_in_thread(create_fake_sglang(state)) as sglang:
         local = _run(
-            [
-                *common,
-                "--passages",
-                str(squad_corpus),
-                "--index",
-                str(squad_index),
-                "--sglang-url",
-                sglang,
-                "--reranker",
-                "none",
-            ],
-            tmp_path / "local.json",
+            _in_process(questions, squad_corpus, squad_index, sglang), tmp_path / "local.json"
         )
-        with service(sglang_url=sglang, planner=False) as url:
-            remote = _run([*common, "--url", url], tmp_path / "remote.json")
 
     metrics = local["metrics"]
     assert isinstance(metrics, dict)
@@ -79,7 +126,6 @@ def test_in_process_and_over_http_agree(
     assert metrics["exact_match"] == pytest.approx(round(exact, 4))
     assert exact > 0
     assert metrics["ok"] == 6
-    # All six gold passages are Super_Bowl_50-0 or -1, which hybrid retrieval finds.
     assert metrics["gold_in_sources"] == 1.0
     # "[1]" cites the top source: right exactly when the top source is the gold passage.
     requests = local["requests"]
@@ -88,15 +134,7 @@ def test_in_process_and_over_http_agree(
     top_is_gold = [r["source_doc_ids"][0] == g for r, g in zip(requests, golds, strict=True)]
     assert metrics["citation_recall"] == pytest.approx(round(sum(top_is_gold) / 6, 4))
     assert metrics["cited_share"] == 1.0
-    assert metrics["ttft_ms"]["p50"] is not None
     assert metrics["abstention_rate"] is None  # no unanswerable questions here
-    assert local["dataset"] == {"questions": 6, "answerable": 6, "with_gold_passage": 6}
-
-    # The same pipeline over HTTP scores the same.
-    remote_metrics = remote["metrics"]
-    assert isinstance(remote_metrics, dict)
-    for name in ("exact_match", "f1", "answer_recall", "citation_precision", "citation_recall"):
-        assert remote_metrics[name] == metrics[name], name
 
 
 def test_an_interrupted_run_resumes_without_asking_again(

@@ -1,19 +1,18 @@
-"""Many requests at once through one service: none lost, none mixed up."""
+"""Many requests at once through one service and the real tiny SGLang: none lost, none mixed
+up."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from answer_service.cli.sse_client import iter_events
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import serve_in_thread
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 QUESTIONS = [
     "Who won Super Bowl 50?",
@@ -23,33 +22,35 @@ QUESTIONS = [
 ]
 
 
-async def _ask(http: httpx.AsyncClient, url: str, query: str) -> list[str]:
+async def _ask(http: httpx.AsyncClient, url: str, query: str) -> list[tuple[str, Any]]:
     async with http.stream("POST", f"{url}/v1/answer", json={"query": query}) as response:
         assert response.status_code == 200
-        return [f"{e.event}:{e.data.get('trace_id', '')}" async for e in iter_events(response)]
+        return [(e.event, e.data) async for e in iter_events(response)]
 
 
-def test_concurrent_streams_all_complete(
-    service: ServiceFactory, chatml_tokenizer_dir: Path
-) -> None:
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir), token_delay_s=0.05)
-    with (
-        serve_in_thread(create_fake_sglang(state)) as sglang_url,
-        # A budget every plan fits: this is about no stream lost or mixed up, not admission.
-        service(sglang_url=sglang_url, default_ttft_budget_ms=60_000) as url,
-    ):
+def test_concurrent_streams_all_complete(tiny_service: ServiceFactory) -> None:
+    # A budget every plan fits: this is about no stream lost or mixed up, not admission.
+    with tiny_service(default_ttft_budget_ms=60_000) as url:
 
-        async def run() -> list[list[str]]:
+        async def run() -> list[list[tuple[str, Any]]]:
             async with httpx.AsyncClient(timeout=60) as http:
                 return await asyncio.gather(*(_ask(http, url, QUESTIONS[n % 4]) for n in range(24)))
 
         results = asyncio.run(run())
     assert len(results) == 24
     for events in results:
-        assert events[:2] == ["plan:", "sources:"]
-        assert [e.split(":")[0] for e in events[2:-1]] == ["token"] * 5 + ["citation"]
-        assert events[-1].startswith("done:")
-    trace_ids = {events[-1] for events in results}
+        names = [name for name, _ in events]
+        assert names[:2] == ["plan", "sources"]
+        assert names[2] == "token"
+        assert set(names[2:-1]) == {"token", "citation"}, names
+        assert names[-2:] == ["citation", "done"]
+        done = events[-1][1]
+        assert done["outcome"] == "ok"
+        assert names.count("token") <= done["completion_tokens"]
+        # Each stream's citations count along its own text, not another's.
+        text = "".join(data["text"] for name, data in events if name == "token")
+        assert [data for name, data in events if name == "citation"][-1]["end"] == len(
+            text.rstrip()
+        )
+    trace_ids = {events[-1][1]["trace_id"] for events in results}
     assert len(trace_ids) == 24
-    assert len({request["rid"] for request in state.requests}) == 24
-    assert state.aborted == []

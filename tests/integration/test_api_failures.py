@@ -1,5 +1,6 @@
 """The service over real HTTP, real index and embedder, against a fake SGLang with scripted
-failures: bad input, SGLang down or dying mid-stream, and a client that goes away."""
+failures: bad input, SGLang down or dying mid-stream, and a client that goes away. (A normal
+answer, streamed or as one JSON object, comes from the real tiny SGLang: test_event_source.py.)"""
 
 from __future__ import annotations
 
@@ -96,17 +97,6 @@ def test_malformed_bodies_are_refused(url: str, content: bytes, message: str) ->
     )
     assert response.status_code == 422
     assert message in response.json()["error"]["message"]
-
-
-def test_non_streaming_answer_is_one_json_object(url: str, state: FakeSGLangState) -> None:
-    response = post_answer(url, {"query": QUESTION, "stream": False, "top_k": 3})
-    assert response.status_code == 200
-    body = response.json()
-    assert body["answer"] == "The answer is here."
-    assert [s["number"] for s in body["sources"]] == [1, 2, 3]
-    assert body["sources"][0]["id"] == "Super_Bowl_50-0#0"
-    assert body["done"]["completion_tokens"] == 5
-    assert body["error"] is None
 
 
 def test_sglang_dying_mid_stream_gives_an_error_event_after_the_sources(

@@ -1,6 +1,10 @@
-"""Citations the service attributes (not the model) and its abstention, over real HTTP: a real
-SQuAD index and embedder, a fake SGLang whose answer copies one passage and adds a sentence no
-passage supports."""
+"""Citations the service attributes (not the model) and its abstention, over real HTTP with a
+real SQuAD index and embedder.
+
+The citations are checked against an answer whose every word is known: one sentence copied from
+a passage and one no passage supports. No real model writes a chosen unsupported sentence on
+demand, so the fake SGLang speaks that answer. Abstention needs no particular words: the real
+tiny SGLang answers, and its own log shows whether it was asked."""
 
 from __future__ import annotations
 
@@ -13,8 +17,9 @@ import pytest
 from httpx_sse import connect_sse
 
 from answer_service.pipeline.attribution import ABSTENTION
+from generation.server.launch import SGLangServer
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.integration.conftest import ServiceFactory
+from tests.integration.conftest import ServiceFactory, requests_taken
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -27,6 +32,7 @@ ANSWER = (
     " on purple trees in Antarctica.",
 )
 GOLD = "Super_Bowl_50-0"
+NONSENSE = "How many xylophones does a quasar emit per fortnight?"
 
 
 @pytest.fixture(scope="module")
@@ -91,25 +97,29 @@ def test_the_whole_answer_carries_n_markers_and_every_sentence(url: str) -> None
     assert [c["supported"] for c in out["citations"]] == [True, False]
 
 
+@pytest.mark.sglang
 def test_weak_evidence_gets_i_do_not_know_without_asking_the_model(
-    url: str, sglang: tuple[str, FakeSGLangState]
+    tiny_service: ServiceFactory, tiny_sglang: SGLangServer
 ) -> None:
-    state = sglang[1]
-    asked = len(state.requests)
-    events = _events(url, "How many xylophones does a quasar emit per fortnight?")
+    with tiny_service() as base:
+        asked = requests_taken(tiny_sglang)
+        events = _events(base, NONSENSE)
+        assert requests_taken(tiny_sglang) == asked  # SGLang never saw it
     assert [name for name, _ in events] == ["plan", "sources", "token", "done"]
     assert events[2][1]["text"] == ABSTENTION
     assert len(events[1][1]["sources"]) == 3  # type: ignore[arg-type]
     done = events[-1][1]
     assert done["outcome"] == "abstained"
     assert done["within_budget"] is True
-    assert len(state.requests) == asked  # SGLang never saw it
 
 
+@pytest.mark.sglang
 def test_abstention_can_be_turned_off(
-    service: ServiceFactory, sglang: tuple[str, FakeSGLangState]
+    tiny_service: ServiceFactory, tiny_sglang: SGLangServer
 ) -> None:
-    with service(sglang_url=sglang[0], abstain_below=0.0) as base:
-        events = _events(base, "How many xylophones does a quasar emit per fortnight?")
+    with tiny_service(abstain_below=0.0) as base:
+        asked = requests_taken(tiny_sglang)
+        events = _events(base, NONSENSE)
+        assert requests_taken(tiny_sglang) == asked + 1
     assert events[-1][1]["outcome"] == "ok"
-    assert "".join(str(d["text"]) for n, d in events if n == "token").startswith("The American")
+    assert "".join(str(d["text"]) for n, d in events if n == "token") != ABSTENTION

@@ -1,34 +1,24 @@
 """The dashboard's data over real HTTP: snapshots from this replica's memory, from a real Redis
 shared by two replicas, and from memory again while Redis is down; the SSE push; the page and
-its bundled files."""
+its bundled files. Answers come from the real tiny SGLang."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import free_port, post_answer, serve_in_thread
+from tests.support import free_port, post_answer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
-
-
-@pytest.fixture(scope="module")
-def sglang(chatml_tokenizer_dir: Path) -> Iterator[str]:
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with serve_in_thread(create_fake_sglang(state)) as url:
-        yield url
 
 
 def _answer(url: str, **extra: Any) -> dict[str, Any]:
@@ -46,8 +36,9 @@ def _snapshot(url: str) -> dict[str, Any]:
     return snapshot
 
 
-def test_the_page_and_its_files_are_served(service: ServiceFactory, sglang: str) -> None:
-    with service(sglang_url=sglang, ready=False) as url:
+def test_the_page_and_its_files_are_served(service: ServiceFactory) -> None:
+    # The page needs no answers: no SGLang at all.
+    with service(sglang_url=f"http://127.0.0.1:{free_port()}", ready=False) as url:
         page = httpx.get(f"{url}/dashboard", timeout=10)
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
@@ -57,10 +48,8 @@ def test_the_page_and_its_files_are_served(service: ServiceFactory, sglang: str)
         assert "EventSource" in script.text or "import" in script.text
 
 
-def test_a_snapshot_holds_answers_and_refusals_from_memory(
-    service: ServiceFactory, sglang: str
-) -> None:
-    with service(sglang_url=sglang) as url:
+def test_a_snapshot_holds_answers_and_refusals_from_memory(tiny_service: ServiceFactory) -> None:
+    with tiny_service() as url:
         done = _answer(url)
         refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 1})  # nothing fits 1 ms
         assert refused.status_code == 422, refused.text
@@ -87,10 +76,10 @@ def test_a_snapshot_holds_answers_and_refusals_from_memory(
     assert snapshot["planner"][0]["passages"] == answer["knobs"]["passages"]
 
 
-def test_replicas_share_their_requests_through_redis(service: ServiceFactory, sglang: str) -> None:
+def test_replicas_share_their_requests_through_redis(tiny_service: ServiceFactory) -> None:
     prefix = f"test-{uuid.uuid4().hex[:8]}:"
-    settings = {"sglang_url": sglang, "redis_url": REDIS_URL, "redis_prefix": prefix}
-    with service(**settings) as first, service(**settings) as second:
+    settings = {"redis_url": REDIS_URL, "redis_prefix": prefix}
+    with tiny_service(**settings) as first, tiny_service(**settings) as second:
         done = _answer(first)
         seen_by_second = _snapshot(second)
         later = _answer(first)
@@ -106,10 +95,10 @@ def test_replicas_share_their_requests_through_redis(service: ServiceFactory, sg
 
 
 def test_redis_down_falls_back_to_memory_and_readiness_says_so(
-    service: ServiceFactory, sglang: str
+    tiny_service: ServiceFactory,
 ) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    with service(sglang_url=sglang, redis_url=dead) as url:
+    with tiny_service(redis_url=dead) as url:
         ready = httpx.get(f"{url}/readyz", timeout=10)
         done = _answer(url)
         snapshot = _snapshot(url)
@@ -119,9 +108,9 @@ def test_redis_down_falls_back_to_memory_and_readiness_says_so(
     assert snapshot["requests"][0]["trace_id"] == done["trace_id"]
 
 
-def test_snapshots_are_pushed_over_sse(service: ServiceFactory, sglang: str) -> None:
+def test_snapshots_are_pushed_over_sse(tiny_service: ServiceFactory) -> None:
     with (
-        service(sglang_url=sglang, dashboard_interval_s=0.2) as url,
+        tiny_service(dashboard_interval_s=0.2) as url,
         httpx.Client(timeout=10) as client,
         connect_sse(client, "GET", f"{url}/dashboard/events") as source,
     ):

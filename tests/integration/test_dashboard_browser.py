@@ -16,9 +16,9 @@ from playwright.sync_api import ConsoleMessage, Page, sync_playwright
 
 from generation.server.launch import SGLangServer
 from tests.integration.conftest import ServiceFactory
+from tests.support import SQUAD_QUESTIONS
 
 CHROMIUM = Path("/usr/bin/chromium")
-SQUAD = Path(__file__).resolve().parents[3] / "shared" / "data" / "squad-v1.1-open"
 ARTIFACT = Path(os.environ.get("DASHBOARD_SCREENSHOT", "test-artifacts/dashboard.png"))
 
 pytestmark = [
@@ -50,7 +50,7 @@ def load(url: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         "--url",
         url,
         "--questions",
-        str(SQUAD / "questions.jsonl"),
+        str(SQUAD_QUESTIONS),
         "--rate",
         "1.0",
         "--duration",

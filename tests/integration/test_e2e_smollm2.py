@@ -12,7 +12,7 @@ import pytest
 
 from generation.server.launch import SGLangServer
 from tests.integration.conftest import SQUAD_SUBSET, ServiceFactory
-from tests.support import SQUAD_PASSAGES, SQUAD_QUESTIONS, parse_sse, post_answer
+from tests.support import SQUAD_PASSAGES, SQUAD_QUESTIONS, open_text, parse_sse, post_answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang, pytest.mark.smollm2]
 
@@ -53,9 +53,9 @@ def test_repeated_question_reuses_the_kv_cache(url: str) -> None:
 
 
 def _questions_on_indexed_passages(limit: int) -> list[dict[str, object]]:
-    with SQUAD_PASSAGES.open() as passages:
+    with open_text(SQUAD_PASSAGES) as passages:
         indexed = {json.loads(line)["_id"] for line in itertools.islice(passages, SQUAD_SUBSET)}
-    with SQUAD_QUESTIONS.open() as questions:
+    with open_text(SQUAD_QUESTIONS) as questions:
         rows = (json.loads(line) for line in questions)
         return list(itertools.islice((q for q in rows if q["gold_passage_id"] in indexed), limit))
 
@@ -68,3 +68,18 @@ def test_gold_passages_are_retrieved_for_real_questions(url: str) -> None:
         hits += any(s["doc_id"] == question["gold_passage_id"] for s in body["sources"])
         assert body["done"]["outcome"] == "ok"
     assert hits >= 6, f"gold passage among the 5 sources for only {hits} of {len(questions)}"
+
+
+def test_the_service_cites_a_real_answer(url: str) -> None:
+    """The words are the model's (greedy, so the same on every run here); the citations are the
+    service's: each sentence in order, the one naming the winner backed by the gold passage."""
+    events = parse_sse(post_answer(url, {"query": "Who won Super Bowl 50?"}).text)
+    answer = "".join(e.data["text"] for e in events if e.event == "token")
+    assert "Broncos" in answer, answer
+    sources = {s["number"]: s["doc_id"] for s in events[1].data["sources"]}
+    citations = [e.data for e in events if e.event == "citation"]
+    assert [c["sentence"] for c in citations] == list(range(len(citations)))
+    assert citations[-1]["end"] == len(answer.rstrip())
+    winner = next(c for c in citations if "Broncos" in answer[c["start"] : c["end"]])
+    assert winner["supported"] is True
+    assert "Super_Bowl_50-0" in {sources[n] for n in winner["sources"]}

@@ -1,27 +1,25 @@
 """`POST /v1/answer` consumed as an EventSource client would, with httpx-sse: named events,
-JSON data, a text/event-stream content type, and the stream's order."""
+JSON data, a text/event-stream content type, and the stream's order; and the same answer as
+one JSON object (`stream: false`). The real tiny SGLang answers."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.integration.conftest import ServiceFactory
-from tests.support import serve_in_thread
+from tests.integration.conftest import TINY_ANSWERS, ServiceFactory
+from tests.support import post_answer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 
 @pytest.fixture(scope="module")
-def url(service: ServiceFactory, chatml_tokenizer_dir: Path) -> Iterator[str]:
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with serve_in_thread(create_fake_sglang(state)) as sglang, service(sglang_url=sglang) as base:
+def url(tiny_service: ServiceFactory) -> Iterator[str]:
+    with tiny_service() as base:
         yield base
 
 
@@ -35,12 +33,34 @@ def test_an_event_source_client_reads_the_answer(url: str) -> None:
         events = [(event.event, json.loads(event.data)) for event in source.iter_sse()]
     names = [name for name, _ in events]
     assert names[:2] == ["plan", "sources"]
-    # Five deltas, then the one sentence's citation once the stream ends.
-    assert names[2:-1] == ["token"] * 5 + ["citation"]
+    # Token deltas with each finished sentence's citation, the last one's when the stream ends.
+    assert names[2] == "token"
+    assert set(names[2:-1]) == {"token", "citation"}, names
+    assert names[-2] == "citation"
     assert names[-1] == "done"
     assert len(events[1][1]["sources"]) == 3
-    assert "".join(data["text"] for name, data in events if name == "token") == (
-        "The answer is here."
-    )
-    assert events[-1][1]["outcome"] == "ok"
+    done = events[-1][1]
+    assert done["outcome"] == "ok"
+    assert 0 < names.count("token") <= done["completion_tokens"] <= 8
+    assert "".join(data["text"] for name, data in events if name == "token")
     assert events[0][1]["passages"] <= 3
+
+
+def test_a_non_streaming_answer_is_one_json_object(url: str) -> None:
+    query = "Which NFL team represented the AFC at Super Bowl 50?"
+    response = post_answer(url, {"query": query, "stream": False, "top_k": 3})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert body["answer"]
+    assert [s["number"] for s in body["sources"]] == [1, 2, 3]
+    assert body["sources"][0]["id"] == "Super_Bowl_50-0#0"
+    assert body["plan"]["passages"] <= 3
+    done = body["done"]
+    assert done["outcome"] == "ok"
+    assert 0 < done["completion_tokens"] <= TINY_ANSWERS["max_new_tokens"]
+    # Every sentence of the answer has its citation, in order.
+    citations = body["citations"]
+    assert citations
+    assert [c["sentence"] for c in citations] == list(range(len(citations)))
+    assert body["error"] is None

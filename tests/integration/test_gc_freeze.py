@@ -1,28 +1,20 @@
 """The service freezes its start-up heap out of the collector's walks before it says it is
 ready, times every collection on `/metrics`, and gives the heap back when it shuts down; and
-it samples how late its event loop runs, which collections are one cause of."""
+it samples how late its event loop runs, which collections are one cause of. (The real tiny
+SGLang answers.)"""
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import post_answer, serve_in_thread
+from tests.support import post_answer
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def fake_url(chatml_tokenizer_dir: Path) -> Iterator[str]:
-    with serve_in_thread(create_fake_sglang(FakeSGLangState(str(chatml_tokenizer_dir)))) as url:
-        yield url
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 
 def _pauses(url: str, generation: str) -> float:
@@ -32,8 +24,8 @@ def _pauses(url: str, generation: str) -> float:
     raise AssertionError(f"no pause count for generation {generation} on /metrics")
 
 
-def test_ready_service_has_frozen_its_heap(service: ServiceFactory, fake_url: str) -> None:
-    with service(sglang_url=fake_url, planner=False) as url:
+def test_ready_service_has_frozen_its_heap(tiny_service: ServiceFactory) -> None:
+    with tiny_service(planner=False) as url:
         # The embedder, the index and everything torch and transformers made at import.
         assert gc.get_freeze_count() > 100_000
         assert len(gc.get_objects(generation=2)) < gc.get_freeze_count() / 10
@@ -47,8 +39,8 @@ def test_ready_service_has_frozen_its_heap(service: ServiceFactory, fake_url: st
     assert gc.get_freeze_count() == 0  # given back on shutdown
 
 
-def test_freeze_is_a_setting(service: ServiceFactory, fake_url: str) -> None:
-    with service(sglang_url=fake_url, planner=False, gc_freeze=False) as url:
+def test_freeze_is_a_setting(tiny_service: ServiceFactory) -> None:
+    with tiny_service(planner=False, gc_freeze=False) as url:
         assert gc.get_freeze_count() == 0
         young = _pauses(url, "0")  # timed all the same
         gc.collect(0)
@@ -62,10 +54,8 @@ def _lag_samples(url: str) -> float:
     raise AssertionError("no event-loop lag on /metrics")
 
 
-def test_the_event_loops_lag_is_sampled_while_serving(
-    service: ServiceFactory, fake_url: str
-) -> None:
-    with service(sglang_url=fake_url, planner=False) as url:
+def test_the_event_loops_lag_is_sampled_while_serving(tiny_service: ServiceFactory) -> None:
+    with tiny_service(planner=False) as url:
         before = _lag_samples(url)
         time.sleep(0.5)
         assert _lag_samples(url) >= before + 10  # every 20 ms

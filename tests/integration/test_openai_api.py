@@ -1,28 +1,24 @@
 """`POST /v1/chat/completions` with the official `openai` client, streaming and not, over real
-HTTP (real index and embedder; a fake SGLang that reports cached tokens)."""
+HTTP (real index and embedder; the real tiny SGLang, random weights: the shape, not the words)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.integration.conftest import ServiceFactory
-from tests.support import serve_in_thread
+from tests.integration.conftest import TINY_ANSWERS, ServiceFactory
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
 
 
 @pytest.fixture(scope="module")
-def url(service: ServiceFactory, chatml_tokenizer_dir: Path) -> Iterator[str]:
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with serve_in_thread(create_fake_sglang(state)) as sglang, service(sglang_url=sglang) as base:
+def url(tiny_service: ServiceFactory) -> Iterator[str]:
+    with tiny_service() as base:
         yield base
 
 
@@ -44,8 +40,8 @@ def test_a_completion_with_its_sources_and_cached_tokens(client: openai.OpenAI) 
     )
     assert completion.object == "chat.completion"
     assert completion.choices[0].message.role == "assistant"
-    assert completion.choices[0].message.content == "The answer is here."
-    assert completion.choices[0].finish_reason == "stop"
+    assert completion.choices[0].message.content
+    assert completion.choices[0].finish_reason in {"stop", "length"}
     extra = completion.model_extra or {}
     results = extra["search_results"]
     assert len(results) == 3
@@ -55,7 +51,7 @@ def test_a_completion_with_its_sources_and_cached_tokens(client: openai.OpenAI) 
     assert extra["citations"] == [r["url"] for r in results]
     usage = completion.usage
     assert usage is not None
-    assert usage.completion_tokens == 5
+    assert 0 < usage.completion_tokens <= TINY_ANSWERS["max_new_tokens"]
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert usage.prompt_tokens_details is not None
     assert usage.prompt_tokens_details.cached_tokens is not None
@@ -73,12 +69,13 @@ def test_a_streamed_completion(client: openai.OpenAI) -> None:
     assert chunks[0].choices[0].delta.role == "assistant"
     assert (chunks[0].model_extra or {})["search_results"][0]["url"] == "Super_Bowl_50-0#0"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "The answer is here."
+    assert text
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
-    assert finishes[-1] == "stop"
+    assert finishes[-1] in {"stop", "length"}
+    assert set(finishes[:-1]) <= {None}
     assert chunks[-1].choices == []
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.completion_tokens == 5
+    assert 0 < chunks[-1].usage.completion_tokens <= TINY_ANSWERS["max_new_tokens"]
     assert len({c.id for c in chunks}) == 1
 
 

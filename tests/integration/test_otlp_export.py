@@ -1,23 +1,22 @@
-"""With OTEL_EXPORTER_OTLP_ENDPOINT set, spans leave the process over OTLP/HTTP."""
+"""With OTEL_EXPORTER_OTLP_ENDPOINT set, spans leave the process over OTLP/HTTP (an answer
+through the real tiny SGLang)."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import post_answer, serve_in_thread
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 
 def test_spans_are_exported_to_the_configured_collector(
-    service: ServiceFactory, chatml_tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     received: list[ExportTraceServiceRequest] = []
     collector = FastAPI()
@@ -29,13 +28,9 @@ def test_spans_are_exported_to_the_configured_collector(
         received.append(message)
         return Response(status_code=200)
 
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with (
-        serve_in_thread(collector) as collector_url,
-        serve_in_thread(create_fake_sglang(state)) as sglang_url,
-    ):
+    with serve_in_thread(collector) as collector_url:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector_url)
-        with service(sglang_url=sglang_url) as url:
+        with tiny_service() as url:
             done = post_answer(url, {"query": "Who won Super Bowl 50?", "stream": False})
             trace_id = done.json()["done"]["trace_id"]
         # Leaving the service shuts the tracer provider down, which flushes the batch.

@@ -1,6 +1,10 @@
 """The deadline planner in the running service: the `plan` event, admission (422 for a budget
 even an idle worker cannot make, 503 with Retry-After for one the queue makes impossible, or
-sources only), tiers, the queue for generation slots and the passage cut."""
+sources only), tiers, the queue for generation slots and the passage cut.
+
+Answers come from the real tiny SGLang. The tests that need a first token held back for
+seconds, to fill the queue or to be slower than the planner has learned, use the fake: a real
+server does not hold its first token back on demand."""
 
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from answer_service.http.api import create_app
 from answer_service.pipeline.admission import Slot
 from answer_service.runtime.settings import Settings
+from generation.server.launch import SGLangServer
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.integration.conftest import ServiceFactory
+from tests.integration.conftest import ServiceFactory, requests_taken
 from tests.support import parse_sse, post_answer, serve_in_thread, wait_ready
 
 pytestmark = pytest.mark.integration
@@ -35,10 +40,9 @@ def fake(chatml_tokenizer_dir: Path) -> Iterator[tuple[str, FakeSGLangState]]:
         yield url, state
 
 
-def test_the_plan_comes_first_with_predictions_and_actuals(
-    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
-) -> None:
-    with service(sglang_url=fake[0]) as url:
+@pytest.mark.sglang
+def test_the_plan_comes_first_with_predictions_and_actuals(tiny_service: ServiceFactory) -> None:
+    with tiny_service() as url:
         response = post_answer(
             url,
             {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 4},
@@ -75,10 +79,12 @@ def test_the_plan_comes_first_with_predictions_and_actuals(
         assert "unknown tenant tier 'gold'" in unknown.json()["error"]["message"]
 
 
+@pytest.mark.sglang
 def test_a_budget_no_plan_can_make_is_refused_at_once_or_answered_with_sources(
-    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+    tiny_service: ServiceFactory, tiny_sglang: SGLangServer
 ) -> None:
-    with service(sglang_url=fake[0]) as url:
+    with tiny_service() as url:
+        asked = requests_taken(tiny_sglang)
         started = time.perf_counter()
         refused = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50})
         assert time.perf_counter() - started < 1.0
@@ -88,7 +94,7 @@ def test_a_budget_no_plan_can_make_is_refused_at_once_or_answered_with_sources(
         assert error["code"] == "invalid_request"
         floor_ms = float(re.search(r"takes about (\d+) ms", error["message"]).group(1))  # type: ignore[union-attr]
         assert floor_ms > 50
-        assert fake[1].requests == [], "nothing was sent to SGLang"
+        assert requests_taken(tiny_sglang) == asked, "nothing was sent to SGLang"
 
         events = parse_sse(
             post_answer(
@@ -99,7 +105,7 @@ def test_a_budget_no_plan_can_make_is_refused_at_once_or_answered_with_sources(
         assert events[0].data["cuts"][0]["reason"].startswith("no plan makes the budget")
         assert events[1].data["sources"][0]["id"] == "Super_Bowl_50-0#0"
         assert events[2].data["outcome"] == "sources_only"
-        assert fake[1].requests == []
+        assert requests_taken(tiny_sglang) == asked
 
 
 def test_a_budget_the_queue_makes_impossible_is_503_with_retry_after(
@@ -134,10 +140,9 @@ def test_a_budget_the_queue_makes_impossible_is_503_with_retry_after(
     assert ("answer_refusal_seconds_count", (("status", "422"),)) not in samples
 
 
-def test_the_planner_off_fixes_the_configuration(
-    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
-) -> None:
-    with service(sglang_url=fake[0], planner=False) as url:
+@pytest.mark.sglang
+def test_the_planner_off_fixes_the_configuration(tiny_service: ServiceFactory) -> None:
+    with tiny_service(planner=False) as url:
         body = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50, "stream": False})
         assert body.status_code == 200, "no admission control with the planner off"
         plan = body.json()["plan"]
@@ -228,10 +233,11 @@ def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
+@pytest.mark.sglang
 def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
-    service: ServiceFactory, fake: tuple[str, FakeSGLangState]
+    tiny_service: ServiceFactory, tiny_sglang: SGLangServer
 ) -> None:
-    with service(sglang_url=fake[0]) as url:
+    with tiny_service() as url:
         standard = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 10_000})
         assert standard.status_code == 200
         premium = httpx.post(
@@ -255,7 +261,7 @@ def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
         assert samples[("answer_stage_seconds_count", (("stage", stage), ("tier", "premium")))] == 1
     assert samples[("answer_cuts_total", (("stage", "passages"), ("tier", "standard")))] == 1
     done = [parse_sse(r.text)[-1].data for r in (standard, premium)]
-    worker = (("worker", fake[0]),)
+    worker = (("worker", tiny_sglang.url),)
     assert samples[("answer_prompt_tokens_total", worker)] == sum(d["prompt_tokens"] for d in done)
     assert samples[("answer_cached_tokens_total", worker)] == sum(d["cached_tokens"] for d in done)
 

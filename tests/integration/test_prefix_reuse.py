@@ -15,15 +15,15 @@ from generation.prefix_order import PrefixTree, PromptLayout
 from generation.prompt_layout import ContextPassage, HFChatTemplate, Prompt, build_prompt
 from generation.server.launch import SGLangServer
 from generation.sglang_client import GenerationResult, SamplingParams, SGLangClient, StreamTimeouts
-from tests.support import SQUAD_PASSAGES
+from tests.support import SQUAD_PASSAGES, open_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 
 @pytest.fixture(scope="module")
 def passages() -> dict[str, ContextPassage]:
-    with SQUAD_PASSAGES.open() as lines:
-        records = [json.loads(line) for line in itertools.islice(lines, 200, 210)]
+    with open_text(SQUAD_PASSAGES) as lines:
+        records = [json.loads(line) for line in itertools.islice(lines, 100, 110)]
     return {r["_id"]: ContextPassage(0, r["_id"], r["title"], r["text"][:600]) for r in records}
 
 

@@ -1,12 +1,12 @@
 """The rerank stage with a cross-encoder of the real size and cost: the packaged MiniLM
 encoder with a fresh classification head. Its scores are untrained, so these tests check
-mechanics, order, deadlines and the service's handling, never ranking quality."""
+mechanics, order, deadlines and the service's handling, never ranking quality. The service
+answers through the real tiny SGLang."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,9 +19,8 @@ from retrieval.pool import StagePool
 from retrieval.rerank.base import RerankerConfig, RerankRequest, load_reranker
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
 from retrieval.stages import RerankStage
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import post_answer, serve_in_thread
+from tests.support import post_answer
 
 pytestmark = pytest.mark.integration
 
@@ -94,14 +93,6 @@ async def test_rerank_degrades_to_retrieval_order_when_time_runs_out(
     pool.close()
 
 
-@pytest.fixture(scope="module")
-def fake_sglang(chatml_tokenizer_dir: Path) -> Iterator[str]:
-    with serve_in_thread(
-        create_fake_sglang(FakeSGLangState(model_path=str(chatml_tokenizer_dir)))
-    ) as url:
-        yield url
-
-
 def _wait_for_reranker(url: str) -> str:
     deadline = time.monotonic() + 60
     status = ""
@@ -113,11 +104,11 @@ def _wait_for_reranker(url: str) -> str:
     raise AssertionError(f"reranker still {status}")
 
 
+@pytest.mark.sglang
 def test_service_reranks_and_reports_the_stage(
-    service: ServiceFactory, fake_sglang: str, fresh_cross_encoder: Path
+    tiny_service: ServiceFactory, fresh_cross_encoder: Path
 ) -> None:
-    with service(
-        sglang_url=fake_sglang,
+    with tiny_service(
         reranker_model=str(fresh_cross_encoder),
         rerank_candidates=15,
         planner=False,  # the fixed configuration: rerank_candidates is the depth
@@ -137,11 +128,12 @@ def test_service_reranks_and_reports_the_stage(
         assert search["attributes"]["retrieval.k"] == 15
 
 
+@pytest.mark.sglang
 def test_service_without_a_loadable_reranker_answers_anyway(
-    service: ServiceFactory, fake_sglang: str, tmp_path: Path
+    tiny_service: ServiceFactory, tmp_path: Path
 ) -> None:
     (tmp_path / "config.json").write_text("{}")
-    with service(sglang_url=fake_sglang, reranker_model=str(tmp_path)) as url:
+    with tiny_service(reranker_model=str(tmp_path)) as url:
         assert _wait_for_reranker(url).startswith("unavailable")
         body = post_answer(url, {"query": "Who won Super Bowl 50?", "stream": False}).json()
         assert body["done"]["timings_ms"]["rerank"] == 0

@@ -1,5 +1,5 @@
 """schemathesis against the running service's own OpenAPI document (real index, embedder and
-Redis; a fake SGLang): no generated request may get a 5xx. `FUZZ_MAX_EXAMPLES` sets the
+Redis; the real tiny SGLang): no generated request may get a 5xx. `FUZZ_MAX_EXAMPLES` sets the
 examples per operation (the suite runs a few hundred cases; the run docs/operations.md quotes
 uses 600, over 2,000 cases)."""
 
@@ -15,28 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
-from tests.support import serve_in_thread
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "40"))
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
 
 @pytest.fixture
-def url(service: ServiceFactory, chatml_tokenizer_dir: Path) -> Iterator[str]:
-    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
-    with (
-        serve_in_thread(create_fake_sglang(state)) as sglang,
-        service(
-            sglang_url=sglang,
-            redis_url="redis://127.0.0.1:6379/0",
-            redis_prefix=f"fuzz-{uuid.uuid4().hex[:8]}:",
-            answer_cache_ttl_s=60,
-        ) as base,
-    ):
+def url(tiny_service: ServiceFactory) -> Iterator[str]:
+    with tiny_service(
+        redis_url="redis://127.0.0.1:6379/0",
+        redis_prefix=f"fuzz-{uuid.uuid4().hex[:8]}:",
+        answer_cache_ttl_s=60,
+    ) as base:
         yield base
 
 

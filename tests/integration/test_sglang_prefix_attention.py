@@ -25,7 +25,7 @@ from generation.prompt_layout import (
     render_passage,
 )
 from generation.server.launch import SGLangServer
-from tests.support import SQUAD_PASSAGES
+from tests.support import SQUAD_PASSAGES, open_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang, pytest.mark.smollm2]
 
@@ -45,7 +45,7 @@ class Completion:
 def _passages() -> list[ContextPassage]:
     wanted = {pid: n for n, pid in enumerate(PASSAGE_IDS, start=1)}
     found: dict[str, ContextPassage] = {}
-    with SQUAD_PASSAGES.open() as lines:
+    with open_text(SQUAD_PASSAGES) as lines:
         for line in lines:
             row = json.loads(line)
             if row["_id"] in wanted:

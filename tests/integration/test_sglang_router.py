@@ -4,7 +4,8 @@ Which worker served a request is read from the workers' own counters
 (`sglang:prompt_tokens_total` on each `/metrics`; requests are sent one at a time), since the
 router's response does not say. The fleet (two workers and a cache_aware router) is started
 once for the module; a round_robin router over the same workers is started for the contrast.
-The last test kills a worker, so it stays last.
+The service's own routing over the same two workers (ANSWER_SGLANG_WORKERS, no router) is
+tested here too, on the workers' real caches. The last test kills a worker, so it stays last.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ WORDS = [
     "mu",
 ]
 MIN_PREFIX_TOKENS = 500
+QUESTIONS = (  # for the service's own routing: in the SQuAD test index
+    "Which NFL team represented the AFC at Super Bowl 50?",
+    "What is the capital of Warsaw's Masovian Voivodeship?",
+    "Who was the Norman leader?",
+)
 
 
 def _ports(count: int) -> list[int]:
@@ -348,6 +354,41 @@ def test_closing_a_routed_stream_stops_the_worker(fleet: SGLangFleet) -> None:
         requests, tokens = _finished(fleet.worker_urls)
     assert requests == requests_before + 1, "the worker did not finish the request early"
     assert tokens - tokens_before < max_new_tokens
+
+
+def test_the_service_keeps_repeated_passages_on_one_worker(
+    fleet: SGLangFleet, service: ServiceFactory
+) -> None:
+    """The service routing over the workers itself (ANSWER_SGLANG_WORKERS), no router: new
+    prefixes spread over idle workers, a repeated one goes back where its passages are cached,
+    and the worker's cache really holds them."""
+    workers = fleet.worker_urls
+    for worker in workers:
+        _flush(worker)
+    with service(sglang_workers=list(workers), max_new_tokens=8) as url:
+        first = {}
+        for question in QUESTIONS:
+            done = post_answer(url, {"query": question, "stream": False}).json()["done"]
+            first[question] = done["worker"]
+            assert done["prompt_layout"] == "cache_aware"
+        assert set(first.values()) == set(workers), "new prefixes spread over idle workers"
+        for question in QUESTIONS * 2:
+            done = post_answer(url, {"query": question, "stream": False}).json()["done"]
+            assert done["worker"] == first[question]
+            assert done["expected_cached_tokens"] > 0.8 * done["prompt_tokens"]
+            assert done["cached_tokens"] >= done["expected_cached_tokens"] - 2
+
+
+def test_the_services_round_robin_alternates(fleet: SGLangFleet, service: ServiceFactory) -> None:
+    workers = fleet.worker_urls
+    with service(
+        sglang_workers=list(workers), sglang_routing="round_robin", max_new_tokens=8
+    ) as url:
+        served = [
+            post_answer(url, {"query": QUESTIONS[0], "stream": False}).json()["done"]["worker"]
+            for _ in range(4)
+        ]
+    assert served == [workers[0], workers[1], workers[0], workers[1]]
 
 
 def _served_by(workers: tuple[str, ...], before: list[float]) -> int:

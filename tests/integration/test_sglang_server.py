@@ -1,4 +1,5 @@
-"""A real SGLang server with a tiny random-weights Llama: wire format, abort, cache, stop.
+"""A real SGLang server with a tiny random-weights Llama: wire format, the service's client on
+it, abort, cache, stop.
 
 Needs SGLang's own venv and the converted SmolLM2 tokenizer under the default cache dir
 (built on first use: minutes). The server is started once for the module.
@@ -16,12 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
+from budget import Deadline
 from generation.server.launch import (
     SGLangServer,
     SGLangServerConfig,
     ensure_smollm2_model,
     write_tiny_model,
 )
+from generation.sglang_client import SamplingParams, SGLangClient, StreamTimeouts
 
 pytestmark = [pytest.mark.integration, pytest.mark.sglang]
 
@@ -123,6 +126,32 @@ def test_streamed_generate_wire_format(server: SGLangServer) -> None:
     assert "cached_tokens" in meta
     assert "e2e_latency" in meta
     assert isinstance(last["text"], str)
+
+
+async def test_the_client_reassembles_the_real_stream(server: SGLangServer) -> None:
+    """What tests/unit/test_sglang_client.py checks on the fake's known words, on the real
+    server's: the deltas join to the result's text, and its counts are the server's."""
+    rid = uuid.uuid4().hex
+    async with httpx.AsyncClient() as http:
+        client = SGLangClient(http, server.url)
+        stream = await client.open_stream(
+            PROMPT,
+            SamplingParams(max_new_tokens=12),
+            StreamTimeouts(first_token=Deadline.after_ms(60_000)),
+            rid=rid,
+        )
+        deltas = [delta.text async for delta in stream]
+        await client.drain()
+    result = stream.result
+    assert result is not None
+    assert result.rid == rid
+    assert "".join(deltas) == result.text
+    assert 0 < len(deltas) <= result.completion_tokens <= 12
+    assert result.finish_reason in {"length", "stop"}
+    assert result.completion_tokens == 12 or result.finish_reason == "stop"
+    assert result.prompt_tokens > 100
+    assert result.ttft_ms is not None
+    assert 0 < result.ttft_ms <= result.elapsed_ms
 
 
 def test_repeated_prompt_hits_prefix_cache(server: SGLangServer) -> None:

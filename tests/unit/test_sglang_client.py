@@ -1,4 +1,5 @@
-"""The SGLang client against a fake server with the real wire format and scripted failures."""
+"""The SGLang client against a fake server with the real wire format and scripted failures
+(and known words). Its happy path on a real server: tests/integration/test_sglang_server.py."""
 
 from __future__ import annotations
 
