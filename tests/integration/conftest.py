@@ -105,6 +105,11 @@ SERVICE_DEFAULTS: dict[str, Any] = {
     # Tests ask the same question again to see SGLang's cache, the planner or a fault: the
     # answer cache would answer instead. tests/integration/test_caches.py turns it on.
     "answer_cache_ttl_s": 0,
+    # These tests are about generation's mechanics: the model answers from passages, and no
+    # weak-evidence abstention stands in for it. The answer forms have their own tests
+    # (test_answer_modes.py) with the service's defaults.
+    "mode": "passages",
+    "abstain_below": 0.0,
 }
 # What `tiny_service` adds: random weights seldom stop, so a few tokens bound every answer.
 TINY_ANSWERS: dict[str, Any] = {"max_new_tokens": 8}

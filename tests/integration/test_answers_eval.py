@@ -40,6 +40,7 @@ def _run(args: list[str], out: Path) -> dict[str, object]:
 def _in_process(questions: Path, squad_corpus: Path, squad_index: Path, sglang: str) -> list[str]:
     return [
         *("--questions", str(questions), "--ttft-budget-ms", "5000", "--top-k", "3"),
+        *("--answer-mode", "passages"),
         *("--passages", str(squad_corpus), "--index", str(squad_index)),
         *("--sglang-url", sglang, "--reranker", "none"),
     ]
@@ -64,7 +65,9 @@ def test_in_process_and_over_http_agree(
     monkeypatch.setenv("ANSWER_ANSWER_CACHE_TTL_S", "0")
     # The fixed configuration, as in the test below: sources are the prompt's passages.
     monkeypatch.setenv("ANSWER_PLANNER", "false")
+    monkeypatch.setenv("ANSWER_ABSTAIN_BELOW", "0")
     common = ["--questions", str(questions), "--ttft-budget-ms", "5000", "--top-k", "3"]
+    common += ["--answer-mode", "passages"]
     _flush(tiny_sglang)
     local = _run(
         _in_process(questions, squad_corpus, squad_index, tiny_sglang.url), tmp_path / "local.json"
@@ -108,6 +111,7 @@ def test_known_answers_get_known_scores(
     # The fixed configuration: every answer's prompt (and so its sources) holds the top 3; the
     # planner would give back-to-back questions fewer.
     monkeypatch.setenv("ANSWER_PLANNER", "false")
+    monkeypatch.setenv("ANSWER_ABSTAIN_BELOW", "0")
     state = FakeSGLangState(
         model_path=str(chatml_tokenizer_dir), tokens=("Denver", " Broncos", " [1]", ".")
     )
