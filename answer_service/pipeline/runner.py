@@ -12,6 +12,7 @@ runs the same pipeline in-process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,16 @@ class PipelineConfig:
     # without the model; None: the scorer's calibrated threshold; 0: never.
     abstain_below: float | None = None
     record_content: bool = False
+
+
+def _refusal_code(exc: BaseException) -> str:
+    """How a request that ended before streaming is counted: the service's own error code, a
+    cancellation (the client went away), or "error" for anything unexpected."""
+    if isinstance(exc, ServiceError):
+        return exc.code
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    return "error"
 
 
 class _NoListener:
@@ -176,7 +187,14 @@ class AnswerPipeline:
             with trace.use_span(root, False, record_exception=False, set_status_on_exception=False):
                 return await self._prepare(request, deadline, root)
         except BaseException as exc:
-            code = exc.code if isinstance(exc, ServiceError) else "cancelled"
+            code = _refusal_code(exc)
+            if code == "error":  # a bug, not an answer: say what it was
+                logger.error(
+                    "answer failed before streaming trace_id=%s error=%s",
+                    format(root.get_span_context().trace_id, "032x"),
+                    f"{type(exc).__name__}: {exc}",
+                    exc_info=exc,
+                )
             self.listener.refused(
                 trace_id=format(root.get_span_context().trace_id, "032x"),
                 tier=request.tier,

@@ -39,6 +39,7 @@ from eval.commands.report import add_report_command
 from eval.commands.retrieval import HttpRanking, InProcessRanking, evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.results import write_result as _write
+from eval.lib.splits import PARTS, squad_part_of
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
@@ -112,6 +113,12 @@ async def _retrieval(args: argparse.Namespace) -> int:
 
 def _chosen(args: argparse.Namespace) -> list[Question]:
     questions = read_questions(args.questions)
+    if getattr(args, "part", None):
+        questions = [
+            q
+            for q in questions
+            if q.gold_passage_id and squad_part_of(q.gold_passage_id) == args.part
+        ]
     if args.sample is not None and args.sample < len(questions):
         chosen = set(random.Random(args.seed).sample(range(len(questions)), args.sample))
         questions = [q for n, q in enumerate(questions) if n in chosen]
@@ -143,6 +150,7 @@ async def _answers(args: argparse.Namespace) -> int:
         "ttft_budget_ms": args.ttft_budget_ms,
         "top_k": args.top_k,
         "answer_mode": args.answer_mode,
+        "part": args.part,
         "remove_gold": args.remove_gold,
     }
     checkpoint = RunCheckpoint(args.out, identity)
@@ -251,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reranker", help="in-process: a cross-encoder, or 'none' (default: the service's)"
     )
     answers.add_argument("--embedder", default=DEFAULT_EMBEDDER)
+    answers.add_argument(
+        "--part",
+        choices=PARTS,
+        help="only the questions of this part of the committed split (eval/splits/squad.json)",
+    )
     answers.add_argument("--limit", type=int, help="only the first N questions")
     answers.add_argument("--sample", type=int, help="a seeded random N of the questions")
     answers.add_argument("--seed", type=int, default=0)

@@ -108,7 +108,7 @@ def test_cached_tokens_rise_on_a_repeated_prompt(url: str, tiny_sglang: SGLangSe
     assert third.json()["done"]["cached_tokens"] >= system_tokens - 2
 
 
-def test_each_stage_is_a_span_with_its_attributes(url: str) -> None:
+def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangServer) -> None:
     done = post_answer(url, {"query": QUESTION, "stream": False}).json()["done"]
     traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
     trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
@@ -126,7 +126,8 @@ def test_each_stage_is_a_span_with_its_attributes(url: str) -> None:
     generate = spans["generate"]
     attributes = generate["attributes"]
     assert attributes["gen_ai.operation.name"] == "text_completion"
-    assert attributes["gen_ai.request.model"].endswith("tiny-llama0")
+    assert tiny_sglang.config.model_dir is not None
+    assert attributes["gen_ai.request.model"].endswith(tiny_sglang.config.model_dir.name)
     assert attributes["gen_ai.usage.input_tokens"] == done["prompt_tokens"]
     assert attributes["gen_ai.usage.output_tokens"] == done["completion_tokens"]
     assert attributes["gen_ai.usage.cache_read.input_tokens"] == done["cached_tokens"]

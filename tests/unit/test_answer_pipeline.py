@@ -24,6 +24,7 @@ from answer_service.pipeline.runner import AnswerPipeline
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from generation.stages import PromptConfig
+from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 from retrieval.search.base import register_mode, unregister_mode
 from tests.builders import DOCUMENTS, make_index, make_pipeline
@@ -136,3 +137,41 @@ async def test_a_search_mode_added_in_one_file_serves_answers(
 def test_an_unknown_search_mode_is_refused_by_the_settings() -> None:
     with pytest.raises(ValueError, match="retrieval_mode 'title'"):
         Settings(retrieval_mode="title")
+
+
+class _Listener:
+    def __init__(self) -> None:
+        self.refusals: list[str] = []
+
+    def answered(self, *_: object) -> None:
+        pass
+
+    def refused(self, *, trace_id: str, tier: str, code: str, budget_ms: float) -> None:
+        self.refusals.append(code)
+
+
+class _BrokenSearcher:
+    mode = "broken"
+    needs_vector = False
+
+    def search(self, request: object) -> list[ScoredPassage]:
+        raise ValueError("a bug in a search mode")
+
+
+async def test_an_unexpected_error_before_streaming_counts_as_an_error(
+    index_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not as a cancellation: the request failed, and the log says with what."""
+    register_mode("broken", lambda index, config: _BrokenSearcher())
+    try:
+        pipeline, exporter = make_pipeline(index_dir, mode="broken")
+        listener = _Listener()
+        pipeline.listener = listener
+        with pytest.raises(ValueError, match="a bug"):
+            await answer(pipeline, "anything")
+    finally:
+        unregister_mode("broken")
+    assert listener.refusals == ["error"]
+    assert "ValueError: a bug in a search mode" in caplog.text
+    root = next(s for s in exporter.get_finished_spans() if s.name == "answer")
+    assert root.attributes["answer.outcome"] == "ValueError"  # type: ignore[index]
