@@ -45,6 +45,8 @@ class GenerationConfig:
     temperature: float = 0.0
     next_token_timeout_s: float = 20.0
     sglang_connect_timeout_s: float = 2.0
+    # Where an answer ends though the model goes on: it starts echoing the prompt's layout.
+    stop: tuple[str, ...] = ("Question:", "<passage")
 
 
 class GenerationSteps:
@@ -99,7 +101,7 @@ class GenerationSteps:
             config = self._config
             send = SendRequest(
                 prompt,
-                SamplingParams(config.max_new_tokens, config.temperature),
+                SamplingParams(config.max_new_tokens, config.temperature, stop=config.stop),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )
             try:

@@ -3,7 +3,9 @@ probability, kept readable and short.
 
 The best sentence always goes first (unless nothing reaches `min_probability`: then there is no
 quote, and the caller says it does not know). A sentence that leans on the one before it ("It",
-"They", "This ...") brings that one along. Further sentences join while they are nearly as
+"They", "This ...") brings that one along; a short best sentence brings the one after it when
+that one leans back on it ("PostgreSQL can build an index without locking out writes. This
+method is invoked by specifying CONCURRENTLY."). Further sentences join while they are nearly as
 likely as the best (`ratio`) and the quote stays under `target_words`; a quote is never longer
 than `max_words` (a longer single sentence is cut at a clause around what the question asks).
 Code blocks, headings and fragments of sentences are not quoted.
@@ -38,6 +40,8 @@ class QuoteConfig:
     target_words: int = 45
     max_words: int = 80
     min_words: int = 4
+    # A best sentence and the one after it that leans back on it, together at most this long.
+    follow_words: int = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +60,7 @@ def select_quote(
     if not usable or usable[0].probability < config.min_probability:
         return []
     best = usable[0]
-    picked = _with_lead_in(best, scored)
+    picked = _with_follow_on(_with_lead_in(best, scored), best, scored, config)
     words = sum(len(s.text.split()) for s in picked)
     for other in usable[1:]:
         if len(picked) >= config.max_sentences:
@@ -84,11 +88,16 @@ def _quotable(sentence: ScoredSentence, config: QuoteConfig) -> bool:
 
 def _quoted(sentence: ScoredSentence) -> QuotedSentence:
     c = sentence.candidate
-    return QuotedSentence(c.text, c.passage, c.rank, sentence.probability)
+    return QuotedSentence(_readable(c.text), c.passage, c.rank, sentence.probability)
+
+
+def _readable(text: str) -> str:
+    """A prose sentence on one line: a manual's wrapped lines become single spaces."""
+    return " ".join(text.split())
 
 
 def _same(sentence: ScoredSentence, quoted: QuotedSentence) -> bool:
-    return sentence.candidate.text == quoted.text
+    return _readable(sentence.candidate.text) == quoted.text
 
 
 def _with_lead_in(best: ScoredSentence, scored: Sequence[ScoredSentence]) -> list[QuotedSentence]:
@@ -107,8 +116,42 @@ def _with_lead_in(best: ScoredSentence, scored: Sequence[ScoredSentence]) -> lis
     )
     if before is None or before.candidate.ref.kind == "code":
         return [quoted]
-    lead = QuotedSentence(before.candidate.text, quoted.passage, quoted.rank, quoted.probability)
+    lead = QuotedSentence(
+        _readable(before.candidate.text), quoted.passage, quoted.rank, quoted.probability
+    )
     return [lead, quoted]
+
+
+def _with_follow_on(
+    picked: list[QuotedSentence],
+    best: ScoredSentence,
+    scored: Sequence[ScoredSentence],
+    config: QuoteConfig,
+) -> list[QuotedSentence]:
+    """The quote so far, and the sentence after the best when it leans back on it and fits."""
+    ref = best.candidate.ref
+    after = next(
+        (
+            s
+            for s in scored
+            if s.candidate.ref.row == ref.row and s.candidate.ref.position == ref.position + 1
+        ),
+        None,
+    )
+    if after is None or after.candidate.ref.kind == "code" or not after.candidate.ref.whole:
+        return picked
+    if not _LEANS_BACK.match(after.candidate.text):
+        return picked
+    words = sum(len(p.text.split()) for p in picked) + len(after.candidate.text.split())
+    if words > config.follow_words:
+        return picked
+    quoted = picked[-1]
+    return [
+        *picked,
+        QuotedSentence(
+            _readable(after.candidate.text), quoted.passage, quoted.rank, quoted.probability
+        ),
+    ]
 
 
 def _bounded(picked: list[QuotedSentence], max_words: int, question: str) -> list[QuotedSentence]:

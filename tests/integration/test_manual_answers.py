@@ -1,0 +1,74 @@
+"""Answers a new user of the demo would ask for, on the bundled PostgreSQL manual, with the
+service's defaults (`answer_mode` auto): the pages that hold the answers and a spread of others
+as distractors, indexed as the demo indexes them, over real HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from answer_service.cli.demo import DEMO_CORPUS
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.index.builder import build_index
+from tests.integration.conftest import ServiceFactory
+from tests.support import post_answer
+
+pytestmark = pytest.mark.integration
+
+ANSWERING = {
+    "explicit-locking",
+    "index-locking",
+    "routine-reindex",
+    "routine-vacuuming",
+    "sql-createindex",
+    "sql-dropindex",
+    "sql-reindex",
+    "sql-vacuum",
+}
+
+
+@pytest.fixture(scope="module")
+def manual_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    with gzip.open(DEMO_CORPUS, "rt", encoding="utf-8") as lines:
+        pages = [json.loads(line) for line in lines]
+    kept = [p for n, p in enumerate(pages) if p["_id"] in ANSWERING or n % 60 == 0]
+    folder = tmp_path_factory.mktemp("manual")
+    corpus = folder / "manual.jsonl"
+    corpus.write_text("".join(json.dumps(page) + "\n" for page in kept))
+    build_index(
+        corpus, folder / "index", SentenceTransformerEmbedder(EmbedderConfig()), progress=False
+    )
+    return folder / "index"
+
+
+@pytest.fixture(scope="module")
+def url(tiny_service: ServiceFactory, manual_index: Path) -> Iterator[str]:
+    # The service's own defaults for the answer: auto, with its calibrated abstention.
+    with tiny_service(index_dir=manual_index, mode="auto", abstain_below=None) as base:
+        yield base
+
+
+@pytest.mark.parametrize(
+    ("question", "named"),
+    [
+        ("How do I build an index without locking out writes?", "CONCURRENTLY"),
+        ("What does VACUUM FULL lock?", "ACCESS EXCLUSIVE"),
+    ],
+)
+def test_the_answer_names_what_the_manual_says(url: str, question: str, named: str) -> None:
+    body = post_answer(url, {"query": question, "stream": False}).json()
+    assert named in body["answer"], body["answer"]
+    assert body["done"]["form"] == "quote"
+    cited = {c for citation in body["citations"] for c in citation["sources"]}
+    assert cited
+    sources = {s["number"]: s for s in body["sources"]}
+    assert all(
+        named.split()[0] in sources[n]["snippet"] or sources[n]["doc_id"] in ANSWERING
+        for n in cited
+    )
+    # A quote is short and ends where the manual's sentence ends.
+    assert len(body["answer"].split()) <= 80
