@@ -16,8 +16,11 @@ async def ask(
     budget_ms: int | None,
     top_k: int | None,
     api_key: str | None = None,
+    answer_mode: str | None = None,
 ) -> int:
     body: dict[str, object] = {"query": question}
+    if answer_mode is not None:
+        body["answer_mode"] = answer_mode
     if budget_ms is not None:
         body["ttft_budget_ms"] = budget_ms
     if top_k is not None:
@@ -67,7 +70,8 @@ def _plan_line(plan: dict[str, object]) -> str:
     cuts = plan["cuts"] if isinstance(plan["cuts"], list) else []
     cut_text = "; ".join(f"{c['stage']} {c['planned']}->{c['done']}: {c['reason']}" for c in cuts)
     return (
-        f"Plan ({'planner' if plan['planner'] else 'fixed'}, tier {plan['tier']}): rerank "
+        f"Plan ({'planner' if plan['planner'] else 'fixed'}, tier {plan['tier']}): "
+        f"answer form {plan.get('form', '?')} ({plan.get('form_reason', '')}); rerank "
         f"{plan['rerank_depth']}, {plan['passages']} passages, first token predicted in "
         f"{total:.0f} ms of {plan['budget_ms']:.0f}{'; cuts: ' + cut_text if cut_text else ''}\n"
     )

@@ -110,6 +110,11 @@ def run_demo(port: int, sglang_port: int, question: str) -> int:
         return 1
     print(f"4/4 asking: {question}\n")
     code = asyncio.run(ask(url, question, None, None))
+    # The default (`auto`) quotes the manual when quoting measures best for the served model,
+    # as it does for SmolLM2-135M: the model's own answer, from the best sentences, for contrast.
+    if code == 0:
+        print("\nThe model's answer, from the best sentences (answer_mode focused):\n")
+        code = asyncio.run(ask(url, question, None, None, answer_mode="focused"))
     print(f"\nset-up and answer took {time.monotonic() - started_s:.0f} s")
     print(f"The service is up at {url} (POST /v1/answer, GET /readyz, GET /v1/traces).")
     print(f'Ask more: answer-service ask "your question" --url {url}')

@@ -15,6 +15,7 @@ from answer_service.cli.keys import add_keys_commands
 from answer_service.cli.reranker import add_reranker_commands
 from answer_service.cli.sglang import add_sglang_commands
 from answer_service.runtime.settings import DEFAULT_SGLANG_PORT, Settings
+from budget.forms import MODES
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _ask(args: argparse.Namespace) -> int:
     from answer_service.cli.ask import ask
 
-    return asyncio.run(ask(args.url, args.question, args.budget_ms, args.top_k, args.api_key))
+    return asyncio.run(
+        ask(args.url, args.question, args.budget_ms, args.top_k, args.api_key, args.answer_mode)
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -153,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_SERVICE_PORT}")
     ask.add_argument("--budget-ms", type=int, default=None)
     ask.add_argument("--top-k", type=int, default=None)
+    ask.add_argument(
+        "--answer-mode", choices=MODES, default=None, help="default: the service's (ANSWER_MODE)"
+    )
     ask.add_argument(
         "--api-key", default=os.environ.get("ANSWER_API_KEY"), help="default: $ANSWER_API_KEY"
     )

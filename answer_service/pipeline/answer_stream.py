@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -124,6 +125,16 @@ def _quote_events(prepared: PreparedAnswer) -> list[PipelineEvent]:
     return events
 
 
+_TRAILING_SPACE = re.compile(r"(?<=[.!?\"')\]\u201d\u2019])\s+$")
+
+
+def _safe_end(text: str) -> int:
+    """Where text can be sent up to now: all of it but white space right after a sentence's
+    closing mark, where a citation marker may still belong."""
+    held = _TRAILING_SPACE.search(text)
+    return held.start() if held else len(text)
+
+
 class _AnswerWriter:
     """Turns the model's stream into what the client gets: the guard, the citations, and the
     unsupported-sentence policy (which decides whether text is shown as it comes or a sentence
@@ -136,7 +147,7 @@ class _AnswerWriter:
         self.emitted = ""  # what the client has been sent
         self.citations: list[Citation] = []
         self._generated = ""
-        self._held_from = 0  # generated text not yet sent (the sentence-at-a-time policies)
+        self._held_from = 0  # where the generated text not yet sent starts
 
     async def events(self, generation: Generation) -> AsyncIterator[PipelineEvent]:
         attributor = Attributor(
@@ -148,14 +159,16 @@ class _AnswerWriter:
         sentences = SentenceStream()
         async for delta in generation.stream:
             self._generated += delta.text
-            if self._policy == "mark":
-                for event in self._send(delta.text):
-                    yield event
             for span in sentences.feed(delta.text):
                 for event in self._finished(span, attributor, guard):
                     yield event
                 if self._prepared.stopped is not None:
                     return
+            if self._policy == "mark":
+                # Shown as it comes, but for the white space after a sentence's last mark: its
+                # citation, decided when the next sentence starts, goes right after the mark.
+                for event in self._send_to(_safe_end(self._generated)):
+                    yield event
             if guard.feed(delta.text):
                 self._stop("repetition", generation)
                 return
@@ -164,11 +177,10 @@ class _AnswerWriter:
                 yield event
             if self._prepared.stopped is not None:
                 return
-        if self._policy != "mark" and self._held_from < len(self._generated):
-            tail = self._generated[self._held_from :]
-            if not tail.strip():
-                for event in self._send(tail):
-                    yield event
+        tail = self._generated[self._held_from :]
+        if self._policy == "mark" or not tail.strip():
+            for event in self._send_to(len(self._generated)):
+                yield event
 
     def _finished(
         self, span: SentenceSpan, attributor: Attributor, guard: RepetitionGuard
@@ -184,10 +196,11 @@ class _AnswerWriter:
         if citation is not None and not citation.supported:
             self._prepared.unsupported_sentences += 1
         if self._policy == "mark":
-            if citation is None:
-                return []
-            self.citations.append(citation)
-            return [CitationEvent(citation)]
+            events = self._send_to(span.end)
+            if citation is not None:
+                self.citations.append(citation)
+                events.append(CitationEvent(citation))
+            return events
         if not supported:
             if self._policy == "stop":
                 self._stop("unsupported", generation)
@@ -206,6 +219,14 @@ class _AnswerWriter:
             self.citations.append(moved)
             events.append(CitationEvent(moved))
         return events
+
+    def _send_to(self, end: int) -> list[PipelineEvent]:
+        """Everything generated up to `end` not yet sent (the mark policy: all of it is)."""
+        if end <= self._held_from:
+            return []
+        text = self._generated[self._held_from : end]
+        self._held_from = end
+        return self._send(text)
 
     def _send(self, text: str) -> list[PipelineEvent]:
         if not text:

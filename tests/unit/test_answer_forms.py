@@ -162,3 +162,33 @@ async def test_an_unsupported_sentence_is_marked_dropped_or_stops_the_answer(
     for citation in citations:
         assert text[citation.start : citation.end] in said
     assert citations[0].supported
+
+
+async def test_a_streaming_client_that_prints_markers_as_they_come_puts_them_right(
+    index_dir: Path,
+) -> None:
+    """Each citation comes right after the token that ends its sentence, so a client that
+    writes ` [n]` when a citation arrives writes it after the sentence's mark, not at the start
+    of the next line (the `ask` command does this)."""
+    said = "Green tea steeps for two minutes.\nEspresso is brewed by forcing hot water."
+    pieces = [
+        "Green tea steeps",
+        " for two minutes",
+        ".\n",
+        "Espresso is",
+        " brewed by forcing hot water.",
+    ]
+    generation = ScriptedGeneration(lambda _prompt: pieces)
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped and how is espresso brewed?")
+    printed = ""
+    for event in events:
+        if isinstance(event, TokenEvent):
+            printed += event.text
+        elif isinstance(event, CitationEvent) and event.citation.sources:
+            printed += "".join(f" [{n}]" for n in event.citation.sources)
+    assert printed.replace(" [1]", "").replace(" [2]", "").replace(" [3]", "") == said
+    first, second = printed.split("\n")
+    assert first.startswith("Green tea steeps for two minutes. [")
+    assert second.startswith("Espresso is brewed")
+    assert second.rstrip().endswith("]")
