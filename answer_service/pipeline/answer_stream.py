@@ -193,6 +193,8 @@ class _AnswerWriter:
             return []
         citation = attributor.cite(span, text)
         supported = citation is None or citation.supported
+        if citation is not None:
+            self._prepared.sentences += 1
         if citation is not None and not citation.supported:
             self._prepared.unsupported_sentences += 1
         if self._policy == "mark":

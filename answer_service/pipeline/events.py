@@ -105,7 +105,8 @@ class AnswerStats:
     # The form that answered (quote, focused, passages, abstain, sources_only) and why.
     form: str = "passages"
     form_reason: str = ""
-    # Sentences of a generated answer that no source supports.
+    # Sentences of a generated answer the service checked, and those no source supports.
+    sentences: int = 0
     unsupported_sentences: int = 0
 
 
@@ -160,6 +161,8 @@ class CachedAnswer:
     citations: tuple[Citation, ...]
     completion_tokens: int
     finish_reason: str
+    # The form that gave it (a cached answer keeps saying how it was made).
+    form: str = "passages"
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -175,4 +178,5 @@ class CachedAnswer:
             ),
             completion_tokens=int(raw["completion_tokens"]),
             finish_reason=str(raw["finish_reason"]),
+            form=str(raw.get("form", "passages")),
         )

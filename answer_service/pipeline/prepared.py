@@ -69,6 +69,7 @@ class PreparedAnswer:
     quote: tuple[QuotedSentence, ...] = ()
     # Why the service ended a generated answer early (repetition, unsupported), if it did.
     stopped: str | None = None
+    sentences: int = 0
     unsupported_sentences: int = 0
     _closed: bool = field(default=False)
 
@@ -129,6 +130,7 @@ class PreparedAnswer:
             from_cache=cached is not None,
             form=self.form,
             form_reason=self.plan.form_reason,
+            sentences=self.sentences,
             unsupported_sentences=self.unsupported_sentences,
         )
 
@@ -151,7 +153,12 @@ class PreparedAnswer:
         if self.generation is None or not complete or self.degraded or self.plan.cuts:
             return None
         return CachedAnswer(
-            text, self.sources, tuple(citations), stats.completion_tokens, stats.finish_reason
+            text,
+            self.sources,
+            tuple(citations),
+            stats.completion_tokens,
+            stats.finish_reason,
+            self.plan.form,
         )
 
     def close_nowait(self) -> None:

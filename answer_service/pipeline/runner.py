@@ -234,10 +234,11 @@ class AnswerPipeline:
             cache=self.cache,
             cache_key=cache_key,
         )
+        answer.plan = answer.plan.asked(mode)
         if hit is not None:
             answer.cached, answer.sources = hit, hit.sources
+            answer.plan = answer.plan.answering(hit.form, "a complete answer from the cache")
             return answer
-        answer.plan = answer.plan.asked(mode)
         plan = answer.plan
         # Admission: when no generation can make the budget, a quote if the mode allows one,
         # else sources only where asked for, else a refusal.

@@ -3,6 +3,8 @@ chosen by `RerankerConfig.kind` in `build_reranker` and handed to the retriever 
 
     cross_encoder   a sentence-transformers CrossEncoder by hub id or folder (scores each
                     (query, passage) pair jointly: the costliest retrieval knob)
+    sentence        the sentence scorer's best sentences per passage, mixed with the retrieved
+                    order (stored vectors, no model: milliseconds; rerank/sentence.py)
 """
 
 from __future__ import annotations
@@ -10,16 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
 from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError
+from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import ScoredPassage
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
-RerankerKind = Literal["cross_encoder"]
+RerankerKind = Literal["cross_encoder", "sentence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +55,20 @@ class RerankerConfig:
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     max_tokens: int = 256
     batch_size: int = 32
+    # The sentence reranker's scorer weights (default: the package's).
+    scorer_file: Path | None = None
 
 
-def build_reranker(config: RerankerConfig) -> Reranker:
-    """The reranker `config` names, not yet warmed up."""
+def build_reranker(config: RerankerConfig, index: LoadedIndex | None = None) -> Reranker:
+    """The reranker `config` names, not yet warmed up (the sentence reranker reads `index`'s
+    sentences)."""
+    if config.kind == "sentence":
+        from retrieval.rerank.sentence import PassageMix, SentenceReranker
+        from retrieval.sentences.scorer import ScorerWeights
+
+        if index is None:
+            raise RetrievalError("the sentence reranker needs the index it reranks")
+        return SentenceReranker(index, ScorerWeights.read(config.scorer_file), PassageMix.read())
     if config.kind == "cross_encoder":
         from retrieval.rerank.cross_encoder import CrossEncoderReranker
 
@@ -64,13 +78,13 @@ def build_reranker(config: RerankerConfig) -> Reranker:
     raise RetrievalError(f"unknown reranker kind {config.kind!r}")
 
 
-def load_reranker(config: RerankerConfig) -> Reranker | None:
+def load_reranker(config: RerankerConfig, index: LoadedIndex | None = None) -> Reranker | None:
     """A warmed-up reranker, or None (said once, with the reason) when none can be loaded."""
-    if config.model is None:
+    if config.model is None and config.kind == "cross_encoder":
         logger.info("reranker disabled by configuration")
         return None
     try:
-        reranker = build_reranker(config)
+        reranker = build_reranker(config, index)
         reranker.warm_up()
     except RetrievalError as exc:
         logger.warning("reranker unavailable, answering without the rerank stage: %s", exc)
