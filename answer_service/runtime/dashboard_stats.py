@@ -60,6 +60,10 @@ def _form_of(summary: RequestSummary) -> str:
 
 
 def _served(summary: RequestSummary) -> str:
+    """Who served the answer: the model, or the service without it; unknown for an older
+    replica's summary (no form), which is kept out of both."""
+    if not summary.form and not summary.from_cache:
+        return UNKNOWN_FORM
     return "model" if model_served(summary.form, from_cache=summary.from_cache) else "without model"
 
 
