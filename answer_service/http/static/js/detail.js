@@ -72,15 +72,13 @@ function formFacts(request) {
   if (request.knobs === null || request.knobs === undefined) {
     return h('p', { class: 'empty' }, 'No form (refused before planning).');
   }
-  const form = servedForm(request);
-  const asked = request.mode ? `answer_mode ${request.mode} asked` : 'answer_mode not recorded';
   const rows = [
-    ['form', h('span', { id: 'detail-form' }, formBadge(form), ` ${asked}`)],
+    ['form', h('span', { id: 'detail-form' }, formBadge(servedForm(request)))],
+    ['answer_mode asked', h('span', { id: 'detail-mode' }, text(request.mode))],
     ['why', h('span', { id: 'detail-form-reason' }, text(request.form_reason))],
     ['ended by', h('span', { id: 'detail-finish' }, text(request.finish_reason))],
     ['unsupported sentences', h('span', { id: 'detail-unsupported' }, count(request.unsupported_sentences))],
   ];
-  if (request.from_cache === true && request.form) rows.push(['first answered as', text(request.form)]);
   return h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
 }
 
