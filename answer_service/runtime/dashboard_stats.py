@@ -6,16 +6,23 @@
 - TTFT percentiles (nearest rank) by tenant tier, prompt-length bucket and cache status: a
   prompt is a cache `hit` when SGLang served at least half of its tokens from its prefix cache.
 - The prefix cache's share of prompt tokens per SGLang worker.
+- The answer forms (runtime/form_labels.py) over the last 15 minutes: answers per form and per
+  `answer_mode` asked, how they ended, the repetition stops, and the unsupported-sentence rate:
+  sentences no source supports per model-served answer (`unsupported_rate`), and the share of
+  model-served answers with at least one (`unsupported_answer_share`). TTFT is also split into
+  model-served answers (focused, passages, not from the cache: the model's seconds) and the
+  rest (quotes, abstentions, cached answers: the service's milliseconds), and by form.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from answer_service.runtime.form_labels import SERVED_FORMS, UNKNOWN_FORM, model_served, served_form
 from answer_service.runtime.request_log import RequestSummary
 
 WINDOWS_S = (60, 300, 900)
@@ -25,6 +32,8 @@ PLANNER_POINTS = 300
 PROMPT_BUCKETS = ((512, "<512"), (1024, "512-1k"), (2048, "1k-2k"), (math.inf, ">=2k"))
 CACHE_HIT_SHARE = 0.5
 _ANSWERED = {"ok", "abstained", "error", "cancelled", "sources_only"}
+MODES = ("auto", "quote", "focused", "passages")
+SERVED = ("model", "without model")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -44,6 +53,27 @@ def cache_status(summary: RequestSummary) -> str:
     if summary.prompt_tokens <= 0:
         return "miss"
     return "hit" if summary.cached_tokens / summary.prompt_tokens >= CACHE_HIT_SHARE else "miss"
+
+
+def _form_of(summary: RequestSummary) -> str:
+    return served_form(summary.form, from_cache=summary.from_cache)
+
+
+def _served(summary: RequestSummary) -> str:
+    """Who served the answer: the model, or the service without it; unknown for an older
+    replica's summary (no form), which is kept out of both."""
+    if not summary.form and not summary.from_cache:
+        return UNKNOWN_FORM
+    return "model" if model_served(summary.form, from_cache=summary.from_cache) else "without model"
+
+
+def _ordered(counts: Counter[str], order: Sequence[str]) -> list[str]:
+    """`order` whole (a count of 0 included), then any other key counted, sorted."""
+    return [*order, *sorted(k for k in counts if k not in order)]
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
 
 
 def _ttft_groups(
@@ -131,6 +161,31 @@ def _counts(summaries: Sequence[RequestSummary]) -> dict[str, int]:
     }
 
 
+def _forms(answered: Sequence[RequestSummary]) -> dict[str, Any]:
+    forms = Counter(_form_of(s) for s in answered)
+    modes = Counter(s.mode or UNKNOWN_FORM for s in answered)
+    finish = Counter(s.finish_reason or "none" for s in answered)
+    generated = [s for s in answered if _served(s) == "model"]
+    unsupported = sum(s.unsupported_sentences for s in generated)
+    with_unsupported = sum(s.unsupported_sentences > 0 for s in generated)
+    return {
+        "answers": len(answered),
+        "mix": [
+            {"form": form, "count": forms[form], "share": _share(forms[form], len(answered))}
+            for form in _ordered(forms, SERVED_FORMS)
+        ],
+        "modes": [{"mode": mode, "count": modes[mode]} for mode in _ordered(modes, MODES)],
+        "finish": [{"reason": reason, "count": n} for reason, n in sorted(finish.items())],
+        "generated": len(generated),
+        "repetition_stops": finish["repetition"],
+        "unsupported_stops": finish["unsupported"],
+        "unsupported_sentences": unsupported,
+        "unsupported_rate": round(unsupported / len(generated), 4) if generated else None,
+        "answers_with_unsupported": with_unsupported,
+        "unsupported_answer_share": _share(with_unsupported, len(generated)),
+    }
+
+
 def request_view(summary: RequestSummary) -> dict[str, Any]:
     view = asdict(summary)
     for name in ("stages", "cuts", "degraded"):
@@ -156,9 +211,12 @@ def snapshot(summaries: Sequence[RequestSummary], *, now: float, source: str) ->
                 [name for _, name in PROMPT_BUCKETS],
             ),
             "by_cache": _ttft_groups(answered, cache_status, ("hit", "miss")),
+            "by_served": _ttft_groups(answered, _served, SERVED),
+            "by_form": _ttft_groups(answered, _form_of, SERVED_FORMS),
         },
         "cache_share": _cache_share(answered),
         "counts": _counts(ordered),
+        "forms": _forms(answered),
         "requests": [request_view(s) for s in reversed(ordered[-RECENT_REQUESTS:])],
         "planner": [
             {

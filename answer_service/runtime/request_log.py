@@ -4,6 +4,10 @@
 Redis (`ANSWER_REDIS_URL`), also appends them to a shared stream, so a dashboard on any replica
 sees every replica's requests (`answer_service/runtime/shared_requests.py`). A summary holds numbers and
 ids only: no query, passage or answer text.
+
+Replicas of different versions share one stream: `from_json` reads a summary that lacks the
+fields added since (the answer's form and how it ended) with their defaults, and ignores the
+top-level fields it does not know (a newer replica wrote them).
 """
 
 from __future__ import annotations
@@ -52,6 +56,15 @@ class RequestSummary:
     queue_wait_ms: float
     cuts: tuple[Cut, ...]
     degraded: tuple[str, ...]
+    # The answer_mode asked for and the form that answered (quote, focused, passages, abstain,
+    # sources_only) and why; "" for a refusal, and for a summary from an older replica.
+    mode: str = ""
+    form: str = ""
+    form_reason: str = ""
+    # stop, length, repetition, unsupported, quote, ... (AnswerStats.finish_reason).
+    finish_reason: str = ""
+    unsupported_sentences: int = 0
+    from_cache: bool = False
 
     @property
     def refused(self) -> bool:
@@ -85,6 +98,12 @@ class RequestSummary:
             queue_wait_ms=plan.queue_wait_ms,
             cuts=plan.cuts,
             degraded=stats.degraded,
+            mode=plan.mode,
+            form=stats.form,
+            form_reason=stats.form_reason,
+            finish_reason=stats.finish_reason,
+            unsupported_sentences=stats.unsupported_sentences,
+            from_cache=stats.from_cache,
         )
 
     @classmethod
@@ -119,7 +138,7 @@ class RequestSummary:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestSummary:
         """The inverse of `to_json`; a malformed record raises KeyError, TypeError or
-        ValueError."""
+        ValueError. The fields with defaults may be missing (an older replica wrote it)."""
 
         def knobs(value: Any) -> Knobs | None:
             return None if value is None else Knobs(**value)
@@ -146,6 +165,12 @@ class RequestSummary:
             queue_wait_ms=float(data["queue_wait_ms"]),
             cuts=tuple(Cut(**c) for c in data["cuts"]),
             degraded=tuple(str(d) for d in data["degraded"]),
+            mode=str(data.get("mode", "")),
+            form=str(data.get("form", "")),
+            form_reason=str(data.get("form_reason", "")),
+            finish_reason=str(data.get("finish_reason", "")),
+            unsupported_sentences=int(data.get("unsupported_sentences", 0)),
+            from_cache=bool(data.get("from_cache", False)),
         )
 
 

@@ -1,6 +1,6 @@
 """The dashboard's data over real HTTP: snapshots from this replica's memory, from a real Redis
 shared by two replicas, and from memory again while Redis is down; the SSE push; the page and
-its bundled files. Answers come from the real tiny SGLang."""
+its bundled files; the answer forms each request got. Answers come from the real tiny SGLang."""
 
 from __future__ import annotations
 
@@ -121,3 +121,48 @@ def test_snapshots_are_pushed_over_sse(tiny_service: ServiceFactory) -> None:
     assert first.event == "snapshot"
     assert json.loads(first.data)["requests"] == []
     assert json.loads(later.data)["requests"][0]["trace_id"] == done["trace_id"]
+
+
+def test_a_snapshot_shows_the_form_each_request_got(tiny_service: ServiceFactory) -> None:
+    """One answer in each form, asked with `answer_mode`; the abstention from a second replica
+    that abstains on any evidence, so both replicas' summaries meet in Redis."""
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    settings = {"redis_url": REDIS_URL, "redis_prefix": prefix}
+    with tiny_service(**settings) as url, tiny_service(abstain_below=1.0, **settings) as doubter:
+        done = {
+            "passages": _answer(url),
+            "quote": _answer(url, answer_mode="quote"),
+            "focused": _answer(url, answer_mode="focused"),
+            "sources_only": _answer(url, ttft_budget_ms=50, allow_sources_only=True),
+            "abstain": _answer(doubter),
+        }
+        snapshot = _snapshot(url)
+    assert {form: d["form"] for form, d in done.items()} == {form: form for form in done}
+    assert snapshot["source"] == "redis"
+    by_trace = {r["trace_id"]: r for r in snapshot["requests"]}
+    for form, d in done.items():
+        request = by_trace[d["trace_id"]]
+        assert request["form"] == form
+        assert request["form_reason"] == d["form_reason"]
+        assert request["finish_reason"] == d["finish_reason"]
+        assert request["unsupported_sentences"] == d["unsupported_sentences"]
+        assert request["from_cache"] is False
+    assert by_trace[done["quote"]["trace_id"]]["mode"] == "quote"
+    assert by_trace[done["passages"]["trace_id"]]["mode"] == "passages"  # the service's default
+    assert done["quote"]["finish_reason"] == "quote"
+    assert "quote" in done["quote"]["form_reason"]
+
+    forms = snapshot["forms"]
+    mix = {row["form"]: row["count"] for row in forms["mix"]}
+    assert mix == {**{form: 1 for form in done}, "cached": 0}
+    assert forms["answers"] == 5
+    assert forms["generated"] == 2  # focused and passages
+    generated = [done["focused"], done["passages"]]
+    assert forms["unsupported_sentences"] == sum(d["unsupported_sentences"] for d in generated)
+    assert forms["repetition_stops"] == sum(d["finish_reason"] == "repetition" for d in generated)
+    served = {g["key"]: g for g in snapshot["ttft"]["by_served"]}
+    assert served["model"]["count"] == 2
+    assert served["without model"]["count"] == 2  # the quote and the abstention; sources none
+    assert served["without model"]["p99"] == pytest.approx(
+        max(done["quote"]["ttft_ms"], done["abstain"]["ttft_ms"]), abs=0.01
+    )

@@ -1,7 +1,8 @@
 """`GET /dashboard` in a real headless browser (Debian's chromium, driven by playwright) while
 the load generator sends questions to the real stack (SmolLM2 on SGLang): the charts fill with
-live data, a request opens its plan, and a screenshot is kept as a test artifact
-(`test-artifacts/dashboard.png`; `DASHBOARD_SCREENSHOT` names another path)."""
+live data, the answer forms panel shows the model's answers beside a quote, a request opens its
+plan and its form, and a screenshot is kept as a test artifact (`test-artifacts/dashboard.png`;
+`DASHBOARD_SCREENSHOT` names another path)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from playwright.sync_api import ConsoleMessage, Page, sync_playwright
 
 from generation.server.launch import SGLangServer
 from tests.integration.conftest import ServiceFactory
-from tests.support import SQUAD_QUESTIONS
+from tests.support import SQUAD_QUESTIONS, post_answer
 
 CHROMIUM = Path("/usr/bin/chromium")
+QUESTION = "Which NFL team represented the AFC at Super Bowl 50?"
+FORM_NAMES = ("quote", "focused", "passages", "abstain", "sources only", "answer cache")
 ARTIFACT = Path(os.environ.get("DASHBOARD_SCREENSHOT", "test-artifacts/dashboard.png"))
 
 pytestmark = [
@@ -90,11 +93,15 @@ def test_the_dashboard_fills_with_live_data_under_load(
             page.on("pageerror", lambda error: problems.append(f"page: {error}"))
             page.on("console", on_console)
             page.goto(f"{url}/dashboard")
+            # The load asks the model (the tests' ANSWER_MODE passages); a quote is asked apart.
+            quote = post_answer(url, {"query": QUESTION, "answer_mode": "quote", "stream": False})
+            assert quote.json()["done"]["form"] == "quote"
             # Live: snapshots keep coming and the requests the load generator sends show up.
             page.wait_for_function(
                 "Number(document.body.dataset.snapshots || 0) >= 3"
                 " && window.__lastSnapshot.requests.filter(r => r.ttft_ms !== null).length >= 4"
-                " && window.__lastSnapshot.slo.windows[0].answered >= 4",
+                " && window.__lastSnapshot.slo.windows[0].answered >= 4"
+                " && window.__lastSnapshot.forms.generated >= 3",
                 timeout=150_000,
                 polling=500,
             )
@@ -108,11 +115,24 @@ def test_the_dashboard_fills_with_live_data_under_load(
             assert _count(page, "#planner-chart circle, #planner-chart path") > 0
             assert page.locator("#slo-60").inner_text().strip() not in ("", "—", "-")
             assert int(page.locator("#count-answered").inner_text()) >= 4
+            # The answer forms: the mix, the stops, and the two first-token distributions.
+            assert _count(page, "#forms-mix .bar-form[data-form='quote']") == 1
+            assert _count(page, "#forms-mix .bar-form[data-form='passages']") == 1
+            assert _count(page, "#forms-legend li") == len(FORM_NAMES)
+            assert int(page.locator("#forms-generated").inner_text()) >= 3
+            assert page.locator("#forms-repetition").inner_text().strip().isdigit()
+            for chart in ("#ttft-model", "#ttft-without-model"):
+                assert _count(page, f"{chart} .bar") > 0, chart
+            assert _count(page, "#waterfall .mark-form") >= 4
 
             row = page.locator("#waterfall .request-row").first
             trace_id = row.get_attribute("data-trace-id")
             row.click()
             assert page.locator("#detail-trace-id").inner_text().strip() == trace_id
+            form = page.locator("#detail-form").inner_text()
+            assert any(name in form for name in FORM_NAMES), form
+            reason = page.locator("#detail-form-reason").inner_text().strip()
+            assert reason not in ("", "\u2013"), "no form_reason"  # format.js's dash: none
 
             seen = int(page.evaluate("Number(document.body.dataset.snapshots)"))
             page.wait_for_function(

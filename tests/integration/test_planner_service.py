@@ -264,6 +264,22 @@ def test_prometheus_metrics_count_outcomes_stages_slo_and_cached_tokens(
     worker = (("worker", tiny_sglang.url),)
     assert samples[("answer_prompt_tokens_total", worker)] == sum(d["prompt_tokens"] for d in done)
     assert samples[("answer_cached_tokens_total", worker)] == sum(d["cached_tokens"] for d in done)
+    # The forms: both answers from passages (the tests' ANSWER_MODE), the cut one from its sources.
+    forms = "answer_forms_total"
+    passages = (("form", "passages"), ("mode", "passages"))
+    assert samples[(forms, (*passages, ("tier", "standard")))] == 1
+    assert samples[(forms, (*passages, ("tier", "premium")))] == 1
+    sources_only = (("form", "sources_only"), ("mode", "passages"), ("tier", "standard"))
+    assert samples[(forms, sources_only)] == 1
+    finish = {k[1]: v for k, v in samples.items() if k[0] == "answer_finish_total"}
+    assert sum(finish.values()) == 3  # the refusal never answered
+    assert finish[(("reason", "sources_only"), ("tier", "standard"))] == 1
+    assert finish[(("reason", done[1]["finish_reason"]), ("tier", "premium"))] == 1
+    unsupported = ("answer_unsupported_sentences_total", (("tier", "standard"),))
+    assert samples[unsupported] == done[0]["unsupported_sentences"]
+    form_ttft = "answer_form_ttft_seconds_count"
+    assert samples[(form_ttft, (("form", "passages"), ("tier", "standard")))] == 1
+    assert (form_ttft, (("form", "sources_only"), ("tier", "standard"))) not in samples
 
 
 def test_the_gate_is_read_on_the_event_loop_only(

@@ -26,6 +26,11 @@ def _answered(
     worker: str = "http://w0",
     cuts: tuple[Cut, ...] = (),
     passages: int = 3,
+    mode: str = "auto",
+    form: str = "passages",
+    finish_reason: str = "stop",
+    unsupported: int = 0,
+    from_cache: bool = False,
 ) -> tuple[AnswerStats, PlanRecord]:
     within = ttft_ms is not None and ttft_ms <= budget_ms
     stats = AnswerStats(
@@ -38,11 +43,15 @@ def _answered(
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
         completion_tokens=20,
-        finish_reason="stop",
+        finish_reason=finish_reason,
         passages_in_prompt=passages,
         passages_dropped=0,
         degraded=(),
         worker=worker,
+        from_cache=from_cache,
+        form=form,
+        form_reason=f"answer_mode {mode} asked for",
+        unsupported_sentences=unsupported,
     )
     plan = PlanRecord(
         planner=True,
@@ -56,6 +65,9 @@ def _answered(
         cuts=cuts,
         queue_wait_ms=4.0,
         worker=worker,
+        form=form,
+        mode=mode,
+        form_reason=f"answer_mode {mode} asked for",
     )
     return stats, plan
 
@@ -176,3 +188,107 @@ def test_a_summary_survives_its_json_round_trip() -> None:
     )
     assert RequestSummary.from_json(refusal.to_json()) == refusal
     assert cache_status(refusal) == "miss"
+
+
+def test_forms_are_counted_with_their_stops_and_unsupported_sentences() -> None:
+    clock = [NOW - 20]
+    log = _log(clock)
+    log.answered(*_answered(mode="quote", form="quote", finish_reason="quote", ttft_ms=30.0))
+    log.answered(*_answered(form="focused", unsupported=2, finish_reason="unsupported"))
+    log.answered(*_answered(form="passages", finish_reason="repetition"))
+    log.answered(*_answered(form="passages", unsupported=1))
+    log.answered(*_answered(form="passages"))
+    log.answered(*_answered(form="abstain", outcome="abstained", finish_reason="abstained"))
+    log.answered(
+        *_answered(
+            form="sources_only", outcome="sources_only", finish_reason="sources_only", ttft_ms=None
+        )
+    )
+    log.answered(*_answered(form="passages", from_cache=True, ttft_ms=5.0))
+    log.refused(trace_id="cd" * 16, tier="standard", code="overloaded", budget_ms=1000)
+
+    forms = snapshot(log.since(0), now=NOW, source="memory")["forms"]
+
+    assert forms["answers"] == 8  # the refusal had no form
+    mix = {row["form"]: (row["count"], row["share"]) for row in forms["mix"]}
+    assert mix == {
+        "quote": (1, 0.125),
+        "focused": (1, 0.125),
+        "passages": (3, 0.375),
+        "abstain": (1, 0.125),
+        "sources_only": (1, 0.125),
+        "cached": (1, 0.125),  # its form was passages, but the model was not asked
+    }
+    assert [row["form"] for row in forms["mix"]][:3] == ["quote", "focused", "passages"]
+    modes = {row["mode"]: row["count"] for row in forms["modes"]}
+    assert modes == {"auto": 7, "quote": 1, "focused": 0, "passages": 0}
+    # Model-served: the focused answer and the three passages answers not from the cache.
+    assert forms["generated"] == 4
+    assert forms["repetition_stops"] == 1
+    assert forms["unsupported_stops"] == 1
+    assert forms["unsupported_sentences"] == 3
+    assert forms["unsupported_rate"] == 0.75
+    assert forms["answers_with_unsupported"] == 2
+    assert forms["unsupported_answer_share"] == 0.5
+    finish = {row["reason"]: row["count"] for row in forms["finish"]}
+    assert finish == {
+        "abstained": 1,
+        "quote": 1,
+        "repetition": 1,
+        "sources_only": 1,
+        "stop": 3,  # two passages answers and the cached one
+        "unsupported": 1,
+    }
+
+
+def test_ttft_of_model_served_answers_is_kept_apart_from_the_rest() -> None:
+    clock = [NOW - 20]
+    log = _log(clock)
+    for ttft in (900.0, 1200.0):
+        log.answered(*_answered(form="passages", ttft_ms=ttft))
+    log.answered(*_answered(form="focused", ttft_ms=600.0))
+    log.answered(*_answered(form="quote", ttft_ms=25.0))
+    log.answered(*_answered(form="abstain", outcome="abstained", ttft_ms=20.0))
+    log.answered(*_answered(form="passages", from_cache=True, ttft_ms=4.0))
+    log.answered(*_answered(form="sources_only", outcome="sources_only", ttft_ms=None))
+
+    ttft = snapshot(log.since(0), now=NOW, source="memory")["ttft"]
+
+    served = {g["key"]: g for g in ttft["by_served"]}
+    assert [g["key"] for g in ttft["by_served"]] == ["model", "without model"]
+    assert served["model"] == {
+        "key": "model",
+        "count": 3,
+        "p50": 900.0,
+        "p95": 1200.0,
+        "p99": 1200.0,
+    }
+    assert served["without model"]["count"] == 3  # sources only had no first token
+    assert served["without model"]["p99"] == 25.0
+    by_form = {g["key"]: g["count"] for g in ttft["by_form"]}
+    assert by_form == {"quote": 1, "focused": 1, "passages": 2, "abstain": 1, "cached": 1}
+    assert list(by_form) == ["quote", "focused", "passages", "abstain", "cached"]  # in order
+
+
+def test_a_summary_from_an_older_replica_is_read_with_defaults() -> None:
+    """A replica from before the answer forms shares the same Redis stream: its summaries lack
+    the new fields and must still be read, and counted as an unknown form."""
+    new = RequestSummary.answered(*_answered(form="focused"), at=NOW - 5, replica="new:1")
+    old_json = new.to_json()
+    for field in ("mode", "form", "form_reason", "finish_reason", "unsupported_sentences"):
+        del old_json[field]
+    del old_json["from_cache"]
+    old = RequestSummary.from_json(json.loads(json.dumps(old_json)))
+    assert (old.form, old.mode, old.finish_reason, old.unsupported_sentences) == ("", "", "", 0)
+    assert old.from_cache is False
+    # And a newer replica's extra fields are ignored.
+    assert RequestSummary.from_json({**new.to_json(), "added_later": 1}) == new
+
+    snap = snapshot([old, new], now=NOW, source="redis")
+    mix = {row["form"]: row["count"] for row in snap["forms"]["mix"]}
+    assert mix["unknown"] == 1
+    assert mix["focused"] == 1
+    assert snap["forms"]["generated"] == 1
+    # Neither the model's first tokens nor the rest: it may have been either.
+    by_served = {g["key"]: g["count"] for g in snap["ttft"]["by_served"]}
+    assert by_served == {"model": 1, "unknown": 1}

@@ -9,10 +9,12 @@ import { connectSnapshots } from './js/connection.js';
 import { createCacheShare } from './js/cache-share.js';
 import { createCounts } from './js/counts.js';
 import { createDetail } from './js/detail.js';
+import { createForms } from './js/forms.js';
 import { createHeader } from './js/header.js';
 import { createPlanner } from './js/planner.js';
 import { createSlo } from './js/slo.js';
 import { createTtft, ttftLegend } from './js/ttft.js';
+import { createServedTtft } from './js/ttft-served.js';
 import { createWaterfall } from './js/waterfall.js';
 
 const EVENTS_URL = '/dashboard/events';
@@ -36,6 +38,7 @@ function main() {
     onSelect: (request) => detail.show(request),
   });
   byId('ttft-legend').replaceChildren(ttftLegend());
+  byId('forms-ttft-legend').replaceChildren(ttftLegend());
 
   const panels = [
     header,
@@ -45,6 +48,13 @@ function main() {
     createTtft({ tierEl: byId('ttft-tier'), promptEl: byId('ttft-prompt'), cacheEl: byId('ttft-cache') }),
     createCacheShare(byId('cache-share')),
     createPlanner({ chartEl: byId('planner-chart'), legendEl: byId('planner-legend') }),
+    createForms({
+      mixEl: byId('forms-mix'),
+      legendEl: byId('forms-legend'),
+      modesEl: byId('forms-modes'),
+      tilesEl: byId('forms-tiles'),
+    }),
+    createServedTtft({ modelEl: byId('ttft-model'), otherEl: byId('ttft-without-model') }),
   ];
 
   let rendered = 0;

@@ -1,10 +1,11 @@
-// The detail panel for one clicked request: its plan (chosen knobs against the initial ones,
-// predicted quality), predicted against actual time per stage, cuts, degraded flags, queue
-// wait, worker and trace id. A request's record is final once listed, so the panel is drawn
+// The detail panel for one clicked request: the form that answered and why, how it ended, its
+// plan (chosen knobs against the initial ones, predicted quality), predicted against actual
+// time per stage, cuts, degraded flags, queue wait, worker and trace id. A request's record is final once listed, so the panel is drawn
 // on selection only and stays put while the list moves on.
 
 import { h } from './dom.js';
-import { DASH, clock, compact, fixed, isNum, list, ms, num, pct, text } from './format.js';
+import { DASH, clock, compact, count, fixed, isNum, list, ms, num, pct, text } from './format.js';
+import { formBadge, servedForm } from './form.js';
 import { outcomeTone } from './outcome.js';
 import { niceCeil } from './scale.js';
 import { extentMs, msAxis, stageBars } from './stage-bars.js';
@@ -66,6 +67,21 @@ function facts(request) {
   return h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
 }
 
+// A refusal has no form; a request from an older replica has none either.
+function formFacts(request) {
+  if (request.knobs === null || request.knobs === undefined) {
+    return h('p', { class: 'empty' }, 'No form (refused before planning).');
+  }
+  const rows = [
+    ['form', h('span', { id: 'detail-form' }, formBadge(servedForm(request)))],
+    ['answer_mode asked', h('span', { id: 'detail-mode' }, text(request.mode))],
+    ['why', h('span', { id: 'detail-form-reason' }, text(request.form_reason))],
+    ['ended by', h('span', { id: 'detail-finish' }, text(request.finish_reason))],
+    ['unsupported sentences', h('span', { id: 'detail-unsupported' }, count(request.unsupported_sentences))],
+  ];
+  return h('dl', { class: 'facts' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+}
+
 function knobTable(request) {
   const knobs = request.knobs && typeof request.knobs === 'object' ? request.knobs : null;
   const initial = request.initial && typeof request.initial === 'object' ? request.initial : null;
@@ -119,7 +135,7 @@ function degradedFlags(request) {
 
 export function createDetail(root, { onClose }) {
   function placeholder() {
-    root.replaceChildren(h('p', { class: 'empty' }, 'Click a request to see its plan, stages and cuts.'));
+    root.replaceChildren(h('p', { class: 'empty' }, 'Click a request to see its form, plan, stages and cuts.'));
     root.classList.remove('open');
     delete root.dataset.traceId;
   }
@@ -133,6 +149,7 @@ export function createDetail(root, { onClose }) {
         h('header', {}, h('h3', {}, 'Request'), close),
         traceLine(request),
         facts(request),
+        h('h4', {}, 'Answer form'), formFacts(request),
         h('h4', {}, 'Plan'), knobTable(request),
         h('h4', {}, 'Stages: predicted vs actual'), stageTable(request),
         h('h4', {}, 'Cuts'), cutList(request),

@@ -1,6 +1,6 @@
 // TTFT p50 / p95 / p99 split three ways (tenant tier, prompt length, cache hit or miss), as
 // horizontal grouped bars. The three charts share one millisecond axis so a bar on one can be
-// compared with a bar on another.
+// compared with a bar on another. `drawGroups` also draws the TTFT split by form (ttft-served.js).
 
 import { chartSvg, emptyNote, h, s } from './dom.js';
 import { count, isNum, list, ms, num } from './format.js';
@@ -14,11 +14,11 @@ const LABEL_W = 84;
 const VALUE_W = 72;
 const AXIS_H = 18;
 
-function groups(rows) {
+export function groups(rows) {
   return list(rows).filter((r) => r && r.key !== undefined && r.key !== null);
 }
 
-function drawGroups(container, rows, max_ms) {
+export function drawGroups(container, rows, max_ms) {
   if (!rows.length || !rows.some((r) => PERCENTILES.some((p) => isNum(r[p.key])))) {
     container.replaceChildren(emptyNote('No TTFT samples yet.'));
     return;

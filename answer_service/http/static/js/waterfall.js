@@ -3,8 +3,10 @@
 // the shared axis changes, so a click that lands during a redraw still finds its row.
 
 import { h } from './dom.js';
+import { formName, servedForm } from './form.js';
 import { clock, list, ms, text } from './format.js';
 import { outcomeTone } from './outcome.js';
+import { formColour } from './palette.js';
 import { niceCeil } from './scale.js';
 import { extentMs, msAxis, stageBars, stageLegend } from './stage-bars.js';
 
@@ -20,8 +22,23 @@ function stageNames(requests) {
   return names;
 }
 
+// The service stopped these answers before the model ended them.
+const STOPS = { repetition: '↻', unsupported: '!' };
+
 function marks(request) {
   const out = [];
+  if (request.knobs !== null && request.knobs !== undefined) {
+    const form = servedForm(request);
+    const why = request.form_reason ? `: ${request.form_reason}` : '';
+    out.push(h('span', {
+      class: 'mark mark-form', style: `color:${formColour(form)}`, dataset: { form },
+      title: `form ${formName(form)}${why}`,
+    }, '●'));
+  }
+  const stop = STOPS[request.finish_reason];
+  if (stop) {
+    out.push(h('span', { class: 'mark mark-stop', title: `stopped: ${request.finish_reason}` }, stop));
+  }
   const degraded = list(request.degraded);
   const cuts = list(request.cuts);
   if (degraded.length) {
