@@ -29,6 +29,7 @@ from answer_service.runtime.auth import ApiKey
 from answer_service.runtime.components import Components
 from answer_service.runtime.settings import Settings
 from budget import Deadline
+from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,13 @@ def ready_pipeline(components: Components) -> AnswerPipeline:
         reason = components.warm_up_error or "warming up"
         raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
     return components.pipeline
+
+
+def ready_retriever(components: Components) -> Retriever:
+    if components.retriever is None:
+        reason = components.warm_up_error or "warming up"
+        raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
+    return components.retriever
 
 
 @dataclass(frozen=True, slots=True)

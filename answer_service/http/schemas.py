@@ -48,6 +48,15 @@ class ServiceFields(BaseModel):
     answer_mode: AnswerMode | None = None
 
 
+class PassageOut(BaseModel):
+    """`GET /v1/passages/{id}`: a passage of the index the service serves."""
+
+    id: str
+    doc_id: str
+    title: str
+    text: str
+
+
 class RetrieveBody(BaseModel):
     """`POST /v1/retrieve`: the retrieval stage alone (for evaluation and debugging)."""
 
