@@ -42,6 +42,7 @@ from answer_service.http.dashboard import router as dashboard_router
 from answer_service.http.openai_chat import router as openai_router
 from answer_service.http.openapi_limits import document_limits
 from answer_service.http.passages import router as passages_router
+from answer_service.http.responses import router as responses_router
 from answer_service.http.schemas import (
     AnswerBody,
     AnswerOut,
@@ -292,6 +293,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(router)
     app.include_router(openai_router)
+    app.include_router(responses_router)
     app.include_router(passages_router)
     document_limits(app, settings)
     app.include_router(dashboard_router)
