@@ -30,6 +30,9 @@ def _limits(document: dict[str, Any], settings: Settings) -> None:
         _integer(fields["top_k"], settings.max_top_k)
     query = schemas["AnswerBody"]["properties"]["query"]
     query.update(maxLength=settings.max_query_chars, pattern=_NOT_BLANK)
+    for option in schemas["ResponsesBody"]["properties"]["input"].get("anyOf", []):
+        if option.get("type") == "string":  # the query itself
+            option.update(maxLength=settings.max_query_chars, pattern=_NOT_BLANK)
     for name in ("ChatCompletionBody", "ResponsesBody"):
         for option in schemas[name]["properties"]["tier"].get("anyOf", []):
             if option.get("type") == "string":
