@@ -2,6 +2,7 @@
 
     ServiceError                 base: carries an HTTP status and a stable `code`
     ├── InvalidRequestError      400/422: the request cannot be answered as asked
+    ├── NotFoundError            404: no such thing (a passage id the index does not hold)
     ├── NotReadyError            503: warm-up has not finished (index, models, chat template)
     ├── OverloadedError          503: no plan can make the budget now (with Retry-After)
     ├── UpstreamUnavailableError 503: SGLang cannot be reached
@@ -28,6 +29,11 @@ class ServiceError(Exception):
 class InvalidRequestError(ServiceError):
     status_code = 422
     code = "invalid_request"
+
+
+class NotFoundError(ServiceError):
+    status_code = 404
+    code = "not_found"
 
 
 class NotReadyError(ServiceError):

@@ -1,5 +1,6 @@
-"""What the answer endpoints share (`POST /v1/answer` and the OpenAI-compatible one): the
-request checks, readiness, and running a prepared answer while watching for the client to go."""
+"""What the answer endpoints share (`POST /v1/answer` and the OpenAI-shaped ones, chat
+completions and responses): the request checks, readiness, and running a prepared answer while
+watching for the client to go."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request, Response
+from pydantic import ValidationError
 
 from answer_service.errors import ForbiddenError, InvalidRequestError, NotReadyError
-from answer_service.http.schemas import AnswerBody
+from answer_service.http.schemas import AnswerBody, ServiceFields
 from answer_service.pipeline.attribution import Citation, with_markers
 from answer_service.pipeline.events import (
     AnswerRequest,
@@ -27,6 +29,7 @@ from answer_service.runtime.auth import ApiKey
 from answer_service.runtime.components import Components
 from answer_service.runtime.settings import Settings
 from budget import Deadline
+from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +105,43 @@ def answer_request(
     )
 
 
+def openai_answer_request(
+    http_request: Request,
+    settings: Settings,
+    query: str,
+    fields: ServiceFields,
+    header_tier: str | None,
+) -> AnswerRequest:
+    """An OpenAI-shaped request's answer request: `query` (its last user message) with the
+    service's own fields, checked as `POST /v1/answer` checks them. A tier in the body wins
+    over X-Tenant-Tier."""
+    try:
+        body = AnswerBody(
+            query=query,
+            ttft_budget_ms=fields.ttft_budget_ms,
+            top_k=fields.top_k,
+            allow_sources_only=fields.allow_sources_only,
+            answer_mode=fields.answer_mode,
+        )
+    except ValidationError as exc:  # e.g. a query over the body's limit
+        problems = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise InvalidRequestError(f"the last user message cannot be the query: {problems}") from exc
+    tier = request_tier(http_request, settings, fields.tier or header_tier)
+    return answer_request(body, settings, tier, request_key(http_request))
+
+
 def ready_pipeline(components: Components) -> AnswerPipeline:
     if components.pipeline is None:
         reason = components.warm_up_error or "warming up"
         raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
     return components.pipeline
+
+
+def ready_retriever(components: Components) -> Retriever:
+    if components.retriever is None:
+        reason = components.warm_up_error or "warming up"
+        raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
+    return components.retriever
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,6 @@ from starlette.background import BackgroundTask
 
 from answer_service.errors import (
     InvalidRequestError,
-    NotReadyError,
     ServiceError,
     StageTimeoutError,
 )
@@ -33,6 +32,7 @@ from answer_service.http.answering import (
     answer_request,
     checked_query,
     collect_while_connected,
+    ready_retriever,
     request_key,
     request_tier,
     start_answer,
@@ -41,6 +41,8 @@ from answer_service.http.dashboard import mount_static
 from answer_service.http.dashboard import router as dashboard_router
 from answer_service.http.openai_chat import router as openai_router
 from answer_service.http.openapi_limits import document_limits
+from answer_service.http.passages import router as passages_router
+from answer_service.http.responses import router as responses_router
 from answer_service.http.schemas import (
     AnswerBody,
     AnswerOut,
@@ -72,7 +74,6 @@ from answer_service.runtime.components import Components
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from retrieval.errors import RetrievalTimeoutError
-from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 
 logger = logging.getLogger(__name__)
@@ -175,22 +176,15 @@ async def answer(
     )
 
 
-def _retriever(components: Components) -> Retriever:
-    if components.retriever is None:
-        reason = components.warm_up_error or "warming up"
-        raise NotReadyError(f"the service is not ready: {reason}", retry_after_s=5)
-    return components.retriever
-
-
 @router.get("/v1/retrieve/modes", response_model=ModesOut)
 async def retrieve_modes(components: ComponentsDep) -> ModesOut:
-    return ModesOut(modes=list(_retriever(components).modes()))
+    return ModesOut(modes=list(ready_retriever(components).modes()))
 
 
 @router.post("/v1/retrieve", response_model=RetrieveOut, responses={422: {"model": ErrorResponse}})
 async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut:
     """The retrieval stage alone: ranked passages for a query, in one mode."""
-    retriever = _retriever(components)
+    retriever = ready_retriever(components)
     settings = components.settings
     query = checked_query(body.query, settings)
     if body.top_k > settings.max_retrieve_k:
@@ -299,6 +293,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(router)
     app.include_router(openai_router)
+    app.include_router(responses_router)
+    app.include_router(passages_router)
     document_limits(app, settings)
     app.include_router(dashboard_router)
     mount_static(app)

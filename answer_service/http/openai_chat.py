@@ -20,23 +20,20 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.background import BackgroundTask
 
 from answer_service.errors import InvalidRequestError
 from answer_service.http.answering import (
     Collected,
     ComponentsDep,
-    answer_request,
     collect_while_connected,
-    request_key,
-    request_tier,
+    openai_answer_request,
     start_answer,
 )
-from answer_service.http.schemas import AnswerBody, ErrorResponse
+from answer_service.http.schemas import ErrorResponse, ServiceFields
 from answer_service.pipeline.events import AnswerStats, DoneEvent, ErrorEvent, Source, TokenEvent
 from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
-from budget.forms import AnswerMode
 
 router = APIRouter()
 
@@ -65,13 +62,12 @@ class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
 
-class ChatCompletionBody(BaseModel):
+class ChatCompletionBody(ServiceFields):
     """OpenAI's chat completion request, less what an answer engine cannot honour (tools,
     logprobs, n > 1): those are refused by name rather than silently ignored. `max_tokens`,
     `temperature` and `top_p` are accepted for compatibility; the service's own settings
-    decide them (`ANSWER_MAX_NEW_TOKENS`, `ANSWER_TEMPERATURE`)."""
-
-    model_config = ConfigDict(extra="forbid")
+    decide them (`ANSWER_MAX_NEW_TOKENS`, `ANSWER_TEMPERATURE`). The service's own fields come
+    from `ServiceFields`."""
 
     model: StrictStr | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -83,12 +79,6 @@ class ChatCompletionBody(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     n: Literal[1] | None = None
     user: StrictStr | None = None
-    # The answer engine's own fields (the openai client's `extra_body`).
-    ttft_budget_ms: StrictInt | None = Field(default=None, gt=0)
-    top_k: StrictInt | None = Field(default=None, ge=1)
-    tier: StrictStr | None = None
-    allow_sources_only: StrictBool = False
-    answer_mode: AnswerMode | None = None
 
     def query(self) -> str:
         for message in reversed(self.messages):
@@ -198,19 +188,9 @@ async def chat_completions(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Response:
-    try:
-        answer = AnswerBody(
-            query=body.query(),
-            ttft_budget_ms=body.ttft_budget_ms,
-            top_k=body.top_k,
-            allow_sources_only=body.allow_sources_only,
-            answer_mode=body.answer_mode,
-        )
-    except ValidationError as exc:  # e.g. a query over the body's limit
-        problems = "; ".join(str(e["msg"]) for e in exc.errors())
-        raise InvalidRequestError(f"the last user message cannot be the query: {problems}") from exc
-    tier = request_tier(http_request, components.settings, body.tier or x_tenant_tier)
-    request = answer_request(answer, components.settings, tier, request_key(http_request))
+    request = openai_answer_request(
+        http_request, components.settings, body.query(), body, x_tenant_tier
+    )
     started = await start_answer(http_request, components, request)
     if started is None:
         return Response(status_code=499)

@@ -24,15 +24,19 @@ def _integer(schema: dict[str, Any], maximum: int) -> None:
 def _limits(document: dict[str, Any], settings: Settings) -> None:
     schemas = document["components"]["schemas"]
     tiers = sorted(settings.tier_weights)
-    for name in ("AnswerBody", "ChatCompletionBody"):
+    for name in ("AnswerBody", "ChatCompletionBody", "ResponsesBody"):
         fields = schemas[name]["properties"]
         _integer(fields["ttft_budget_ms"], settings.max_ttft_budget_ms)
         _integer(fields["top_k"], settings.max_top_k)
     query = schemas["AnswerBody"]["properties"]["query"]
     query.update(maxLength=settings.max_query_chars, pattern=_NOT_BLANK)
-    for option in schemas["ChatCompletionBody"]["properties"]["tier"].get("anyOf", []):
-        if option.get("type") == "string":
-            option["enum"] = tiers
+    for option in schemas["ResponsesBody"]["properties"]["input"].get("anyOf", []):
+        if option.get("type") == "string":  # the query itself
+            option.update(maxLength=settings.max_query_chars, pattern=_NOT_BLANK)
+    for name in ("ChatCompletionBody", "ResponsesBody"):
+        for option in schemas[name]["properties"]["tier"].get("anyOf", []):
+            if option.get("type") == "string":
+                option["enum"] = tiers
     _integer(schemas["RetrieveBody"]["properties"]["top_k"], settings.max_retrieve_k)
     retrieve_query = schemas["RetrieveBody"]["properties"]["query"]
     retrieve_query.update(maxLength=settings.max_query_chars, pattern=_NOT_BLANK)

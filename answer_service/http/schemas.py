@@ -35,6 +35,28 @@ class AnswerBody(BaseModel):
     )
 
 
+class ServiceFields(BaseModel):
+    """The answer engine's own fields on the OpenAI-shaped routes (the `openai` client's
+    `extra_body`): what `AnswerBody` takes besides the query and `stream`, plus the tier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_budget_ms: StrictInt | None = Field(default=None, gt=0)
+    top_k: StrictInt | None = Field(default=None, ge=1)
+    tier: StrictStr | None = None
+    allow_sources_only: StrictBool = False
+    answer_mode: AnswerMode | None = None
+
+
+class PassageOut(BaseModel):
+    """`GET /v1/passages/{id}`: a passage of the index the service serves."""
+
+    id: str
+    doc_id: str
+    title: str
+    text: str
+
+
 class RetrieveBody(BaseModel):
     """`POST /v1/retrieve`: the retrieval stage alone (for evaluation and debugging)."""
 
