@@ -295,6 +295,7 @@ def test_the_gate_is_read_on_the_event_loop_only(
         reranker_model=None,
         answer_cache_ttl_s=0,
         abstain_below=0,
+        mode="passages",
         generation_slots_per_worker=2,
     )
     app = create_app(settings)
