@@ -20,6 +20,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     # Decode all `max_new_tokens` whatever the model says (load and abort tests).
     ignore_eos: bool = False
+    # SGLang's sampling penalties on tokens already generated (0 and 1: none).
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -31,6 +34,10 @@ class SamplingParams:
             params["stop"] = list(self.stop)
         if self.ignore_eos:
             params["ignore_eos"] = True
+        if self.frequency_penalty:
+            params["frequency_penalty"] = self.frequency_penalty
+        if self.repetition_penalty != 1.0:
+            params["repetition_penalty"] = self.repetition_penalty
         return params
 
 
@@ -62,7 +69,8 @@ class StreamTimeouts:
 
 
 class TokenStream(Protocol):
-    """Token deltas of one request; `result` is set once the server has finished it.
+    """Token deltas of one request; `result` is set once the server has finished it, or once
+    it was closed before (`finish_reason` "abort", with what was done by then).
     `close_nowait()` releases it from any `finally` and aborts the request server-side if it
     has not finished."""
 

@@ -175,8 +175,8 @@ class GenerationStream:
             self._ttft_ms = (time.perf_counter() - self._sent_at_s) * 1000.0
         return TokenDelta(text=new_text, completion_tokens=chunk.meta_info.completion_tokens)
 
-    def _finish(self) -> None:
-        reason = self._meta.finish_reason or {}
+    def _finish(self, aborted: bool = False) -> None:
+        reason = {"type": "abort"} if aborted else (self._meta.finish_reason or {})
         self.result = GenerationResult(
             rid=self.rid,
             text=self._text,
@@ -191,13 +191,15 @@ class GenerationStream:
     def close_nowait(self) -> None:
         """Release the stream without awaiting (safe in any `finally`, even when cancelled).
 
-        If the server has not finished the request, it is told to abort it.
+        If the server has not finished the request, it is told to abort it, and `result` says
+        what it had done by then (`finish_reason` "abort").
         """
         if self._closed:
             return
         self._closed = True
         if self.result is None:
             self._client.abort_in_background(self.rid)
+            self._finish(aborted=True)
         self._client.spawn(self._response.aclose())
 
     async def aclose(self) -> None:

@@ -163,34 +163,46 @@ class _AnswerWriter:
                 for event in self._finished(span, attributor, guard):
                     yield event
                 if self._prepared.stopped is not None:
-                    return
+                    break
+            if self._prepared.stopped is None and guard.feed(delta.text):
+                self._stop("repetition", generation)
+            if self._prepared.stopped is not None:
+                break
             if self._policy == "mark":
                 # Shown as it comes, but for the white space after a sentence's last mark: its
                 # citation, decided when the next sentence starts, goes right after the mark.
                 for event in self._send_to(_safe_end(self._generated)):
                     yield event
-            if guard.feed(delta.text):
-                self._stop("repetition", generation)
-                return
+        if self._policy != "mark" and self._prepared.stopped is not None:
+            return  # what was held back is not shown
         for span in sentences.finish():
-            for event in self._finished(span, attributor, guard):
+            if self._prepared.stopped is not None and self._policy != "mark":
+                break
+            checking = self._prepared.stopped is None
+            for event in self._finished(span, attributor, guard, checking=checking):
                 yield event
-            if self._prepared.stopped is not None:
-                return
         tail = self._generated[self._held_from :]
         if self._policy == "mark" or not tail.strip():
             for event in self._send_to(len(self._generated)):
                 yield event
 
     def _finished(
-        self, span: SentenceSpan, attributor: Attributor, guard: RepetitionGuard
+        self,
+        span: SentenceSpan,
+        attributor: Attributor,
+        guard: RepetitionGuard,
+        *,
+        checking: bool = True,
     ) -> list[PipelineEvent]:
+        """A finished sentence's events: (its text and) its citation. `checking`: whether it
+        may still stop the answer (not once the answer has ended)."""
         text = self._generated[span.start : span.end]
         generation = self._prepared.generation
         assert generation is not None
-        if guard.sentence(text):
+        if checking and guard.sentence(text):
             self._stop("repetition", generation)
-            return []
+            if self._policy != "mark":
+                return []  # held back: never shown
         citation = attributor.cite(span, text)
         supported = citation is None or citation.supported
         if citation is not None:
@@ -204,7 +216,7 @@ class _AnswerWriter:
                 events.append(CitationEvent(citation))
             return events
         if not supported:
-            if self._policy == "stop":
+            if self._policy == "stop" and checking:
                 self._stop("unsupported", generation)
             self._held_from = span.end  # dropped: never shown
             return []

@@ -47,6 +47,8 @@ class GenerationConfig:
     sglang_connect_timeout_s: float = 2.0
     # Where an answer ends though the model goes on: it starts echoing the prompt's layout.
     stop: tuple[str, ...] = ("Question:", "<passage")
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 class GenerationSteps:
@@ -101,7 +103,13 @@ class GenerationSteps:
             config = self._config
             send = SendRequest(
                 prompt,
-                SamplingParams(config.max_new_tokens, config.temperature, stop=config.stop),
+                SamplingParams(
+                    config.max_new_tokens,
+                    config.temperature,
+                    stop=config.stop,
+                    frequency_penalty=config.frequency_penalty,
+                    repetition_penalty=config.repetition_penalty,
+                ),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )
             try:

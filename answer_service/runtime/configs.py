@@ -30,6 +30,8 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             temperature=settings.temperature,
             next_token_timeout_s=settings.next_token_timeout_s,
             sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
+            frequency_penalty=settings.frequency_penalty,
+            repetition_penalty=settings.repetition_penalty,
         ),
         retrieval=RetrievalConfig(
             floor_ms=settings.retrieval_floor_ms,

@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     prompt_cache_adopt: int = Field(default=0, ge=0, le=20)
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    # SGLang's sampling penalties on what the model already said (0 and 1: none); the loop
+    # guard stops a degenerate answer either way (docs/answers.md measures both).
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)

@@ -56,12 +56,14 @@ async def test_max_new_tokens_bounds_the_answer(client: GenerationClient) -> Non
     assert stream.result.completion_tokens <= 3
 
 
-async def test_a_stream_closed_early_ends_without_a_result(client: GenerationClient) -> None:
-    stream = await client.open_stream("Talk.", SamplingParams(64), _timeouts())
+async def test_a_stream_closed_early_is_aborted_with_what_it_had(client: GenerationClient) -> None:
+    stream = await client.open_stream("Talk.", SamplingParams(64, ignore_eos=True), _timeouts())
     async for _ in stream:
         break
     stream.close_nowait()
-    assert stream.result is None
+    assert stream.result is not None
+    assert stream.result.finish_reason == "abort"
+    assert stream.result.completion_tokens < 64
     await client.drain()
 
 

@@ -33,6 +33,7 @@ class ScriptedStream:
     client: ScriptedGeneration
     result: GenerationResult | None = None
     _closed: bool = False
+    _partial: tuple[str, int] = ("", 0)
 
     async def __aiter__(self) -> AsyncIterator[TokenDelta]:
         started_s = time.perf_counter()
@@ -41,6 +42,7 @@ class ScriptedStream:
             for piece in self.pieces[: self.max_new_tokens]:
                 if self._closed:
                     return
+                self._partial = (text, n)
                 if self.delay_s:
                     if n == 0 and self.timeouts.first_token.remaining_s() < self.delay_s:
                         raise GenerationTimeoutError("no first token from the fake in time")
@@ -69,6 +71,10 @@ class ScriptedStream:
         self._closed = True
         if self.result is None:
             self.client.aborted.append(self.rid)
+            text, n = self._partial
+            self.result = GenerationResult(
+                self.rid, text, self.prompt_tokens, 0, n, "abort", None, 0.0
+            )
 
 
 @dataclass

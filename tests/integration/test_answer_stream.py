@@ -14,6 +14,7 @@ import pytest
 
 from generation.prompt_layout import SYSTEM_PROMPT, ChatMessage, HFChatTemplate
 from generation.server.launch import SGLangServer
+from retrieval.sentences.splitter import split_sentences
 from tests.integration.conftest import ServiceFactory
 from tests.support import parse_sse, post_answer
 
@@ -50,12 +51,17 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     names = [e.event for e in events]
     assert names[:2] == ["plan", "sources"]
     assert names[-1] == "done"
-    # Token deltas, each finished sentence's citation after the delta that ends it, and the
-    # last sentence's when the stream ends.
+    # Token deltas, each finished sentence's citation right after the delta that ends it (a
+    # code block, as random weights often write, has none).
     assert names[2] == "token"
-    assert set(names[2:-1]) == {"token", "citation"}, names
-    assert names[-2] == "citation"
+    assert set(names[2:-1]) <= {"token", "citation"}, names
     assert names.count("token") > 2
+    sent = ""
+    for event in events[2:-1]:
+        if event.event == "token":
+            sent += event.data["text"]
+        else:
+            assert len(sent) == event.data["end"], "a citation comes right after its sentence"
     plan = events[0].data
     assert plan["passages"] == 4, "a 10 s budget fits every passage asked for"
     assert plan["actual_ms"]["embed"] > 0
@@ -69,22 +75,23 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     assert 0 < len(sources[0]["snippet"]) <= 300
     done = events[-1].data
     assert done["outcome"] == "ok"
-    assert done["finish_reason"] in {"length", "stop"}
+    assert done["finish_reason"] in {"length", "stop", "repetition"}
     text = "".join(e.data["text"] for e in events if e.event == "token")
     assert text
     assert done["completion_tokens"] >= names.count("token")
     citations = [e.data for e in events if e.event == "citation"]
+    prose = [span for span in split_sentences(text) if span.kind != "code"]
+    assert [(c["start"], c["end"]) for c in citations] == [(p.start, p.end) for p in prose]
     assert [c["sentence"] for c in citations] == list(range(len(citations)))
-    ends = [0] + [c["end"] for c in citations]
-    assert all(c["start"] >= end for c, end in zip(citations, ends, strict=False))
-    assert citations[-1]["end"] == len(text.rstrip())
     assert done["prompt_tokens"] > 300
     assert 0 < done["ttft_ms"] < 10_000
     assert done["ttft_budget_ms"] == 10_000
     timings = done["timings_ms"]
-    assert set(timings) == {"embed", "search", "rerank", "prompt", "generate"}
+    assert set(timings) == {"embed", "search", "rerank", "sentences", "prompt", "generate"}
     assert timings["rerank"] == 0, "no reranker is configured in these tests"
-    assert all(timings[stage] > 0 for stage in ("embed", "search", "prompt", "generate"))
+    assert all(
+        timings[stage] > 0 for stage in ("embed", "search", "sentences", "prompt", "generate")
+    )
     assert done["degraded"] == []
     assert done["passages_in_prompt"] == 4
     assert re.fullmatch(r"[0-9a-f]{32}", done["trace_id"])
@@ -113,7 +120,7 @@ def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangS
     traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
     trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
     spans = {span["name"]: span for span in trace["spans"]}
-    assert list(spans) == ["answer", "embed", "search", "prompt", "generate"]
+    assert list(spans) == ["answer", "embed", "search", "sentences", "prompt", "generate"]
     root = spans["answer"]
     assert root["parent_span_id"] is None
     assert all(s["parent_span_id"] == root["span_id"] for n, s in spans.items() if n != "answer")
