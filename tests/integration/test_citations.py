@@ -65,11 +65,15 @@ def _gold_number(sources: object) -> int:
 def test_each_sentence_is_cited_when_it_finishes(url: str) -> None:
     events = _events(url, QUESTION)
     names = [name for name, _ in events]
-    # The first sentence ends inside the third delta: its citation follows that token.
+    # The first sentence ends inside the third delta: the delta is sent up to the sentence's
+    # end, then its citation, then the rest (so a marker lands right after "title.").
     assert names == [
         *("plan", "sources", "token", "token", "token", "citation"),
-        *("token", "citation", "done"),
+        *("token", "token", "citation", "done"),
     ]
+    tokens = [str(data["text"]) for name, data in events if name == "token"]
+    assert tokens[2].endswith("title.")
+    assert tokens[3] == " Bananas grow"
     gold = _gold_number(events[1][1]["sources"])
     first, second = (data for name, data in events if name == "citation")
     answer = "".join(str(data["text"]) for name, data in events if name == "token")
