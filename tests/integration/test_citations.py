@@ -105,7 +105,8 @@ def test_the_whole_answer_carries_n_markers_and_every_sentence(url: str) -> None
 def test_weak_evidence_gets_i_do_not_know_without_asking_the_model(
     tiny_service: ServiceFactory, tiny_sglang: SGLangServer
 ) -> None:
-    with tiny_service() as base:
+    # The service's own threshold (the test defaults turn abstention off).
+    with tiny_service(abstain_below=None) as base:
         asked = requests_taken(tiny_sglang)
         events = _events(base, NONSENSE)
         assert requests_taken(tiny_sglang) == asked  # SGLang never saw it
