@@ -22,7 +22,10 @@ def _normalized(text: str) -> tuple[str, ...]:
 
 
 class RepetitionGuard:
-    def __init__(self, *, min_words: int = 4, ngram: int = 12, ngram_repeats: int = 3) -> None:
+    def __init__(
+        self, *, min_words: int = 4, ngram: int = 12, ngram_repeats: int = 3, enabled: bool = True
+    ) -> None:
+        self.enabled = enabled
         self.min_words = min_words
         self.ngram = ngram
         self.ngram_repeats = ngram_repeats
@@ -34,6 +37,8 @@ class RepetitionGuard:
 
     def sentence(self, text: str) -> bool:
         """A finished sentence; True when it is a loop."""
+        if not self.enabled:
+            return False
         words = _normalized(text)
         if len(words) < self.min_words:
             return False
@@ -44,6 +49,8 @@ class RepetitionGuard:
 
     def feed(self, delta: str) -> bool:
         """A piece of the answer; True when its words now run in a loop."""
+        if not self.enabled:
+            return False
         text = self._tail + delta
         # The last word may be cut by the delta's end: keep it for the next piece.
         cut = len(text) if not text or not text[-1].isalnum() else text.rfind(" ") + 1

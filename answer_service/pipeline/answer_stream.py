@@ -55,6 +55,8 @@ class CitationConfig:
     threshold: float = SUPPORT_THRESHOLD
     max_sources: int = 2
     unsupported: UnsupportedPolicy = "mark"
+    # Stop a degenerate loop as it happens (generation/guard.py).
+    loop_guard: bool = True
 
 
 async def answer_events(
@@ -155,7 +157,7 @@ class _AnswerWriter:
             threshold=self._config.threshold,
             max_sources=self._config.max_sources,
         )
-        guard = RepetitionGuard()
+        guard = RepetitionGuard(enabled=self._config.loop_guard)
         sentences = SentenceStream()
         async for delta in generation.stream:
             self._generated += delta.text

@@ -49,6 +49,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             threshold=settings.citation_threshold,
             max_sources=settings.max_citation_sources,
             unsupported=settings.unsupported,
+            loop_guard=settings.loop_guard,
         ),
         forms=FormConfig(
             mode=settings.mode,
@@ -79,6 +80,7 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
         tier_weights=tuple(settings.tier_weights.items()),
         default_tier=settings.default_tier,
         tier_max_wait_ms=settings.tier_max_wait_ms,
+        queue_max=settings.generation_queue_max,
         fleet_workers=settings.fleet_workers,
         quality=read_quality_curves(settings.planner_quality_file)
         if settings.planner_quality_file

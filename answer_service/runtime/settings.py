@@ -165,6 +165,9 @@ class Settings(BaseSettings):
     citation_threshold: float = Field(default=SUPPORT_THRESHOLD, gt=0.0, le=1.0)
     max_citation_sources: int = Field(default=2, ge=1, le=20)
     unsupported: Literal["mark", "drop", "stop"] = "mark"
+    # Stop a generated answer that loops (a sentence or a long run of words repeated), aborting
+    # the SGLang request; off only where a long repetitive answer is wanted (a load test).
+    loop_guard: bool = True
     # A question whose best sentence the scorer gives less than this chance to answer gets
     # "I do not know" without the model; default: the scorer's calibrated threshold; 0: never.
     abstain_below: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -5,12 +5,14 @@ one JSON object (`stream: false`). The real tiny SGLang answers."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
 
+from retrieval.sentences.splitter import split_sentences
 from tests.integration.conftest import TINY_ANSWERS, ServiceFactory
 from tests.support import post_answer
 
@@ -53,14 +55,19 @@ def test_a_non_streaming_answer_is_one_json_object(url: str) -> None:
     assert response.headers["content-type"].startswith("application/json")
     body = response.json()
     assert body["answer"]
-    assert [s["number"] for s in body["sources"]] == [1, 2, 3]
-    assert body["sources"][0]["id"] == "Super_Bowl_50-0#0"
+    # The sources are what the model saw, numbered as it saw them (the planner may give it
+    # fewer than the 3 asked for).
     assert body["plan"]["passages"] <= 3
+    in_prompt = body["done"]["passages_in_prompt"]
+    assert [s["number"] for s in body["sources"]] == list(range(1, in_prompt + 1))
+    assert "Super_Bowl_50-0#0" in {s["id"] for s in body["sources"]}
     done = body["done"]
     assert done["outcome"] == "ok"
     assert 0 < done["completion_tokens"] <= TINY_ANSWERS["max_new_tokens"]
-    # Every sentence of the answer has its citation, in order.
+    # Every sentence of the answer (not a code block, as random weights often write) has its
+    # citation, in order.
     citations = body["citations"]
-    assert citations
+    said = re.sub(r" \[\d+\]", "", body["answer"])
+    assert len(citations) == sum(span.kind != "code" for span in split_sentences(said))
     assert [c["sentence"] for c in citations] == list(range(len(citations)))
     assert body["error"] is None

@@ -175,7 +175,10 @@ def test_a_graceful_shutdown_finishes_the_answers_under_way(
     tiny_sglang: SGLangServer, squad_index: Path, tmp_path: Path
 ) -> None:
     # Random weights seldom stop: 600 tokens are about two seconds of answer.
-    process, url = _serve(squad_index, tiny_sglang.url, tmp_path, max_new_tokens="600")
+    # A long answer under way (the loop guard off: random weights loop, and it would end it).
+    process, url = _serve(
+        squad_index, tiny_sglang.url, tmp_path, max_new_tokens="600", loop_guard="false"
+    )
     try:
         body = {"query": QUESTION, "ttft_budget_ms": 10_000, "top_k": 2}
         with httpx.stream("POST", f"{url}/v1/answer", json=body, timeout=30) as response:

@@ -51,6 +51,7 @@ def test_spans_are_exported_to_the_configured_collector(
         "generate",
         "prompt",
         "search",
+        "sentences",
     ]
     service_names = {
         attribute.value.string_value
