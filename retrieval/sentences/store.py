@@ -3,9 +3,10 @@
 Layout (`<index dir>/sentences/`): `spans.npy` (int32, one row per sentence: passage row, start
 and end in the passage's text, its place in the passage, flags), `offsets.npy` (int64: the
 sentences of passage row r are `offsets[r]:offsets[r + 1]`), `vectors.npy` (float16, the
-embedder's unit vector of each sentence's text) and `terms.json` (document frequencies of the
-passages' content terms, for IDF weights). A sentence in the overlap of two windows is stored
-with each; its text is embedded once.
+embedder's unit vector of each sentence's text; zero for code blocks and headings, which are
+never quoted) and `terms.json` (document frequencies of the passages' content terms, for IDF
+weights). A sentence in the overlap of two windows is stored with each; its text is embedded
+once.
 
 A window that starts or ends inside a sentence holds a fragment of it; the flags say so, and
 say which spans are code blocks or list items (retrieval/sentences/splitter.py).
@@ -29,6 +30,7 @@ from retrieval.sentences.terms import Idf
 
 SENTENCES_DIR = "sentences"
 WHOLE, CODE, ITEM = 1, 2, 4
+_MIN_EMBEDDED_WORDS = 3
 _ENDS = (".", "!", "?", ":", '"', "'", ")", "\u201d")
 
 
@@ -90,7 +92,10 @@ class SentenceStore:
             for position, (start, end, flags) in enumerate(_spans(passage, last_window)):
                 spans.append((row, start, end, position, flags))
                 text = passage.text[start:end]
-                text_of.append(texts.setdefault(text, len(texts)))
+                # Code blocks and headings are never quoted: no vector (a zero one), which keeps
+                # a manual's build time near its passages' own.
+                embedded = not flags & CODE and len(text.split()) >= _MIN_EMBEDDED_WORDS
+                text_of.append(texts.setdefault(text, len(texts)) if embedded else -1)
             offsets.append(len(spans))
         distinct = sorted(texts, key=texts.__getitem__)
         # Sorted by length, batches pad little.
@@ -99,14 +104,15 @@ class SentenceStore:
         encoded = np.zeros((len(distinct), dimension), dtype=np.float16)
         for at in range(0, len(order), batch_size):
             chunk = order[at : at + batch_size]
-            vectors = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
-            encoded[chunk] = vectors.astype(np.float16)
+            batch = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
+            encoded[chunk] = batch.astype(np.float16)
+        rows_of = np.asarray(text_of, dtype=np.int64)
+        vectors = np.zeros((len(text_of), dimension), dtype=np.float16)
+        vectors[rows_of >= 0] = encoded[rows_of[rows_of >= 0]]
         return cls(
             np.asarray(spans, dtype=np.int32).reshape(-1, 5),
             np.asarray(offsets, dtype=np.int64),
-            encoded[np.asarray(text_of, dtype=np.int64)]
-            if text_of
-            else np.zeros((0, dimension), np.float16),
+            vectors,
             Idf.count(f"{p.title}\n{p.text}" for p in passages),
         )
 
