@@ -73,6 +73,10 @@ def url(service: ServiceFactory, fake: tuple[str, FakeSGLangState]) -> Iterator[
         ({"query": "q", "ttft_budget_ms": 1.5}, "ttft_budget_ms: Input should be a valid integer"),
         ({"query": "q", "ttft_budget_ms": 10**9}, "the limit is 120000"),
         ({"query": "q", "model": "gpt"}, "model: Extra inputs are not permitted"),
+        (
+            {"query": "q", "answer_mode": "summary"},
+            "answer_mode: Input should be 'auto', 'quote', 'focused' or 'passages'",
+        ),
         ({}, "query: Field required"),
     ],
 )
