@@ -4,6 +4,7 @@ context's excerpts (the best sentences with their neighbours, one excerpt per pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,7 +76,11 @@ class FormPolicy:
         quality whose predicted first token fits the time left."""
         mode = answer.plan.mode
         most = max(answer.plan.knobs.passages, 1)
-        if mode != "auto":
+        if mode in ("quote", "passages") or (
+            mode == "focused" and not self._planning.config.enabled
+        ):
+            # A quote has no context size; whole passages are the request's top_k as planned;
+            # with the planner off every size is the request's.
             size = 0 if mode == "quote" else most
             return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
         best = next((s.probability for s in sentences if s.candidate.ref.whole), 0.0)
@@ -97,7 +102,19 @@ class FormPolicy:
             )
 
         available = planner.available_ms(answer.deadline.remaining_ms())
-        return choose_form(self._quality.expected(request), cost, available, most)
+        expected = self._quality.expected(request)
+        if mode == "focused":
+            # How many excerpts is the service's choice, not the request's: the measured best
+            # that fits (on a small model more excerpts answer worse, not better).
+            if not expected.get("focused"):
+                return FormChoice(mode, most, 0.0, 0.0, "answer_mode focused asked for")
+            choice = choose_form(expected, cost, available, most, allowed=("focused",))
+            return dataclasses.replace(
+                choice,
+                reason=f"answer_mode focused asked for: {choice.context} excerpt(s), "
+                + choice.reason,
+            )
+        return choose_form(expected, cost, available, most)
 
 
 def focused_excerpts(

@@ -82,6 +82,24 @@ async def test_focused_context_gives_the_model_excerpts_not_passages(index_dir: 
     assert "volcano" in {s.doc_id for s in sources}
 
 
+async def test_focused_takes_the_measured_best_number_of_excerpts(index_dir: Path) -> None:
+    """The request's top_k is how many sources it may see; how many excerpts the model gets is
+    the planner's choice by the measured curve (on a small model more answer worse)."""
+    generation = ScriptedGeneration(words("Sicily."))
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        answer_mode="focused",
+        planning=PlanningConfig(enabled=True),
+        form_quality=QualityCurves({"quote": (0.9,), "focused": (0.6, 0.3, 0.2)}),
+    )
+    events = await answer(pipeline, "Where is Mount Etna?")
+    stats = done_of(events).stats
+    assert (stats.form, stats.passages_in_prompt) == ("focused", 1)
+    plan = next(e for e in events if isinstance(e, PlanEvent)).record
+    assert plan.form_reason.startswith("answer_mode focused asked for: 1 excerpt(s)")
+
+
 async def test_auto_follows_the_measured_curves(index_dir: Path) -> None:
     generation = ScriptedGeneration(words("Sicily."))
     quoting, _ = make_pipeline(
