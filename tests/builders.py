@@ -22,6 +22,8 @@ from generation.client import GenerationClient
 from retrieval.embedder import Embedder
 from retrieval.index.builder import build_index
 from retrieval.retriever import Retriever
+from retrieval.sentences.answerable import AnswerableModel
+from retrieval.sentences.quote import read_quote_config
 from tests.fakes.hash_embedder import HashEmbedder
 from tests.fakes.scripted_generation import ScriptedGeneration, words
 from tests.fakes.word_template import WordTemplate
@@ -64,7 +66,8 @@ def make_pipeline(
 ) -> tuple[AnswerPipeline, InMemorySpanExporter]:
     """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
     the exporter its spans end in. It answers from passages unless told another
-    `answer_mode`, and never abstains unless given a threshold (None: the calibrated one)."""
+    `answer_mode`, and never abstains unless given a threshold (None: the calibrated one); the
+    quote's selection and the answerable model are the ones shipped."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -79,7 +82,9 @@ def make_pipeline(
             retrieval=RetrievalConfig(floor_ms=250, mode=mode, depth=None, slack=0),
             planning=planning or PlanningConfig(enabled=False),
             abstain_below=abstain_below,
-            forms=FormConfig(mode=answer_mode),
+            forms=FormConfig(
+                mode=answer_mode, quote=read_quote_config(), answerable=AnswerableModel.read()
+            ),
             **config,
         ),
     )

@@ -25,6 +25,7 @@ from budget.forms import (
 )
 from budget.planner import query_tokens
 from generation.prompt_layout import ContextPassage
+from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import QuoteConfig
 from retrieval.sentences.scorer import ScoredSentence
 
@@ -58,6 +59,9 @@ class FormConfig:
     neighbours: int = 1
     # Abstain (say it does not know) when no sentence is likely enough to answer.
     abstain: bool = True
+    # The chance the sources answer at all, read for abstention (None: the best sentence's
+    # probability against the quote's `min_probability`, for weights learned without it).
+    answerable: AnswerableModel | None = None
 
 
 class FormPolicy:
@@ -65,6 +69,22 @@ class FormPolicy:
         self.config = config
         self._planning = planning
         self._quality = quality
+
+    def evidence(self, sentences: Sequence[ScoredSentence]) -> float:
+        """How likely the retrieved sentences are to answer: the answerable model's chance, or
+        the best quotable sentence's probability where there is no such model."""
+        if self.config.answerable is not None:
+            return self.config.answerable.probability(sentences)
+        return next((s.probability for s in sentences if s.candidate.ref.whole), 0.0)
+
+    def abstain_below(self, setting: float | None) -> float:
+        """The evidence under which the service says it does not know: the setting, else the
+        threshold calibrated with the model that gives the evidence."""
+        if setting is not None:
+            return setting
+        if self.config.answerable is not None:
+            return self.config.answerable.threshold
+        return self.config.quote.min_probability
 
     def mode_of(self, asked: AnswerMode | None) -> AnswerMode:
         return asked or self.config.mode

@@ -47,11 +47,6 @@ class Retrieved:
     # The sentences of the first top_k passages, most likely to answer first.
     sentences: list[ScoredSentence] = field(default_factory=list)
 
-    @property
-    def best_probability(self) -> float:
-        """The sentence scorer's best probability among sentences that can be quoted."""
-        return next((s.probability for s in self.sentences if s.candidate.ref.whole), 0.0)
-
 
 class CachedEmbedStage:
     """The embed stage behind the query-embedding cache: a hit costs a lookup and teaches the

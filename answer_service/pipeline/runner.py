@@ -83,8 +83,8 @@ class PipelineConfig:
     forms: FormConfig = field(default_factory=FormConfig)
     # Quality per form and context size, for `auto` (measured for the served model).
     form_quality: QualityCurves | None = None
-    # A question whose best sentence is less likely than this to answer gets "I do not know"
-    # without the model; None: the scorer's calibrated threshold; 0: never.
+    # A question whose sources are less likely than this to answer gets "I do not know"
+    # without the model; None: the calibrated threshold; 0: never.
     abstain_below: float | None = None
     record_content: bool = False
 
@@ -254,19 +254,19 @@ class AnswerPipeline:
         hard = self.hard_deadline(deadline)
         retrieved = await self._retrieval.run(retriever, answer, hard, rerank=not no_model)
         answer.timings, answer.degraded = retrieved.timings, retrieved.degraded
-        root.set_attribute("answer.evidence", round(retrieved.best_probability, 4))
+        evidence = self._forms.evidence(retrieved.sentences)
+        root.set_attribute("answer.evidence", round(evidence, 4))
         if sources_only:
             answer.sources = self._ranked(retrieved, request.top_k)
             answer.plan = answer.plan.cut("passages", "no plan makes the budget: sources only", 0)
             answer.outcome = "sources_only"
             return answer
-        if retrieved.best_probability < self._abstain_below():
+        if evidence < (below := self._forms.abstain_below(self._config.abstain_below)):
             # The service says it does not know; the model is not asked.
             answer.sources = self._ranked(retrieved, request.top_k)
             answer.plan = answer.plan.answering(
                 "abstain",
-                f"no sentence is likely to answer (best {retrieved.best_probability:.2f} < "
-                f"{self._abstain_below():.2f})",
+                f"the sources are unlikely to answer ({evidence:.2f} < {below:.2f})",
             )
             answer.outcome = "abstained"
             return answer
@@ -297,10 +297,6 @@ class AnswerPipeline:
             answer.plan = answer.plan.with_knobs(passages=len(context))
         await self._generate(answer, retriever, retrieved, context, hard)
         return answer
-
-    def _abstain_below(self) -> float:
-        below = self._config.abstain_below
-        return self._forms.config.quote.min_probability if below is None else below
 
     def _ranked(self, retrieved: Retrieved, top_k: int) -> tuple[Source, ...]:
         """The first `top_k` in retrieval order (a quote cites passage n as source n)."""

@@ -17,6 +17,7 @@ from retrieval.index.ann import SearchDepth
 from retrieval.rerank.base import RerankerConfig
 from retrieval.search.base import SearchConfig
 from retrieval.search.fusion import FusionConfig
+from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import read_quote_config
 from retrieval.sentences.scorer import ScorerWeights
 
@@ -54,6 +55,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
         forms=FormConfig(
             mode=settings.mode,
             quote=read_quote_config(settings.sentence_scorer_file),
+            answerable=AnswerableModel.read(settings.sentence_scorer_file),
             neighbours=settings.focused_neighbours,
         ),
         form_quality=read_form_curves(settings.form_curves_file),

@@ -168,8 +168,9 @@ class Settings(BaseSettings):
     # Stop a generated answer that loops (a sentence or a long run of words repeated), aborting
     # the SGLang request; off only where a long repetitive answer is wanted (a load test).
     loop_guard: bool = True
-    # A question whose best sentence the scorer gives less than this chance to answer gets
-    # "I do not know" without the model; default: the scorer's calibrated threshold; 0: never.
+    # A question whose sources are less likely than this to answer (the answerable model shipped
+    # with the sentence scorer) gets "I do not know" without the model; default: the threshold
+    # calibrated with it; 0: never.
     abstain_below: float | None = Field(default=None, ge=0.0, le=1.0)
 
     # Freeze the start-up heap out of the garbage collector's walks once warm, so a full

@@ -7,11 +7,18 @@ Reads ../shared/data/squad-v1.1-open. The whole corpus (48 articles) is indexed 
 indexes it; every question is retrieved for (hybrid, top `--top-k`), and each sentence of the
 retrieved passages is a training example, labelled by whether it holds a gold answer string
 (SQuAD normalisation). A logistic model is fitted on the scorer-training articles; the quote's
-selection and the abstention threshold are chosen on the same articles (abstention with the
-training questions' gold passages removed from the index); everything is then measured on the
-evaluation articles, beside a naive picker (IDF-weighted word overlap) on the same candidates.
+selection and the abstention threshold are chosen on the same articles; everything is then
+measured on the evaluation articles, beside a naive picker (IDF-weighted word overlap) on the same candidates.
 The scorer is trained to put the answering sentence first among a question's candidates, then
 calibrated to a probability (see retrieval/sentences/scorer.py).
+Abstention reads the answerable model (retrieval/sentences/answerable.py): each training
+question is asked again as if its own gold document were not in the index (the rest of its
+article, which resembles it most, stays), and a logistic model learns from the first pass
+whether the quote holds a gold answer. Its threshold answers the most questions right when
+`--unanswerable-share` of them (one in five, as the planner benchmark asks) cannot be answered
+from the corpus, abstaining there being right, with no more than `--max-false-abstention` of the
+answerable ones whose answer was retrieved refused. The best sentence's probability is measured
+the same way beside it.
 The weights the service loads are written to `--weights`.
 """
 
@@ -23,7 +30,7 @@ import dataclasses
 import json
 import logging
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +40,6 @@ import numpy.typing as npt
 from scipy.optimize import minimize  # type: ignore[import-untyped]
 
 from budget import Deadline
-from eval.calibrate.citations import corpus_without
 from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.paths import SQUAD_DIR, shared
@@ -43,6 +49,7 @@ from eval.lib.squad_metrics import answer_recall
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
+from retrieval.sentences.answerable import AnswerableModel, answerable_features, fit_answerable
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.scorer import (
     FEATURES,
@@ -58,7 +65,6 @@ from retrieval.sentences.terms import content_terms
 logger = logging.getLogger(__name__)
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / "scorer.json"
-_CACHE = Path.home() / ".cache" / "answer-service"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +78,22 @@ class Example:
 
 
 async def examples_of(
-    retriever: Retriever, questions: Sequence[Question], top_k: int
+    retriever: Retriever, questions: Sequence[Question], top_k: int, leave_out_gold: bool = False
 ) -> list[Example]:
+    """Each question's retrieved candidates; with `leave_out_gold` as if its own gold document
+    were not in the index (what a question the corpus cannot answer looks like, while the rest
+    of its article, which it resembles most, stays)."""
     store = retriever.index.sentences
     out = []
+    extra = 3 if leave_out_gold else 0
     for question in questions:
         deadline = Deadline.after_ms(60_000)
         vector = (await retriever.embed.run(question.question, deadline)).value
         search = retriever.search_stage("hybrid")
-        hits = (await search.run(SearchRequest(question.question, vector, top_k), deadline)).value
+        request = SearchRequest(question.question, vector, top_k + extra)
+        hits = (await search.run(request, deadline)).value
+        if leave_out_gold:
+            hits = [h for h in hits if h.passage.doc_id != question.gold_passage_id][:top_k]
         rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]
         found = candidates(store, rows)
         features = feature_matrix(question.question, vector, found, store)
@@ -179,7 +192,10 @@ def naive(example: Example, idf: Any) -> list[ScoredSentence]:
 
 
 def quote_metrics(
-    examples: Sequence[Example], rank: Any, config: QuoteConfig
+    examples: Sequence[Example],
+    rank: Any,
+    config: QuoteConfig,
+    abstains: Callable[[Example], bool] | None = None,
 ) -> dict[str, float | int | None]:
     recalls: list[float] = []
     words: list[int] = []
@@ -194,7 +210,7 @@ def quote_metrics(
         first.append(bool(top) and answer_recall(top[0].candidate.text, answers) > 0)
         first_two.append(any(answer_recall(s.candidate.text, answers) > 0 for s in top[:2]))
         quote = select_quote(ranked, config, example.question.question)
-        if not quote:
+        if not quote or (abstains is not None and abstains(example)):
             abstained += 1
             recalls.append(0.0)
             continue
@@ -217,29 +233,102 @@ def quote_metrics(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """Per question: the evidence abstention reads, whether the quote holds a gold answer, and
+    whether any retrieved sentence does."""
+
+    evidence: npt.NDArray[np.float64]
+    right: npt.NDArray[np.bool_]
+    reachable: npt.NDArray[np.bool_]
+
+
+def asked(
+    examples: Sequence[Example],
+    model: SentenceModel,
+    config: QuoteConfig,
+    evidence: Callable[[list[ScoredSentence]], float],
+) -> Asked:
+    values, right = [], []
+    for example in examples:
+        ranked = scored(example, model)
+        values.append(evidence(ranked))
+        quote = select_quote(ranked, config, example.question.question)
+        text = " ".join(q.text for q in quote)
+        right.append(bool(quote) and answer_recall(text, example.question.answers) > 0)
+    reachable = [bool(e.labels.any()) for e in examples]
+    return Asked(np.asarray(values), np.asarray(right), np.asarray(reachable))
+
+
+def best_probability(ranked: list[ScoredSentence]) -> float:
+    return next((s.probability for s in ranked if s.candidate.ref.whole), 0.0)
+
+
 def abstention(
-    answerable: Sequence[Example],
+    answerable: Asked,
+    removed: Asked,
+    unanswerable_share: float,
+    max_false: float,
+    threshold: float | None = None,
+) -> tuple[float, dict[str, Any]]:
+    """The threshold on the evidence that answers the most questions right when
+    `unanswerable_share` of them have no answer in the corpus (a quote holding the gold answer
+    is right; so is abstaining where the answer was removed, or a quote that still holds it),
+    abstaining on at most `max_false` of the answerable ones whose answer was retrieved. Given
+    `threshold`, only measures it."""
+    reachable = answerable.evidence[answerable.reachable]
+
+    def measured(t: float) -> dict[str, float]:
+        answered_right = float(np.mean(answerable.right & (answerable.evidence >= t)))
+        said_right = float(np.mean((removed.evidence < t) | removed.right))
+        return {
+            "threshold": round(t, 4),
+            "quality": round(
+                (1 - unanswerable_share) * answered_right + unanswerable_share * said_right, 4
+            ),
+            "answer_recall": round(answered_right, 4),
+            "false_abstention": round(float(np.mean(reachable < t)), 4),
+            "abstention_when_removed": round(float(np.mean(removed.evidence < t)), 4),
+            "right_when_removed": round(said_right, 4),
+        }
+
+    if threshold is None:
+        values = np.unique(np.concatenate([[0.0], answerable.evidence, removed.evidence]))
+        options = [measured(float(t)) for t in values]
+        allowed = [o for o in options if o["false_abstention"] <= max_false] or options[:1]
+        threshold = max(allowed, key=lambda o: o["quality"])["threshold"]
+    # What other thresholds would trade: abstention with the answer removed against false
+    # abstention, at the thresholds that refuse these shares of the reachable answerable ones.
+    levels = (0.03, 0.05, 0.1, 0.15, 0.2, 0.3)
+    tradeoff = [measured(float(np.quantile(reachable, q))) for q in levels]
+    return threshold, {
+        **measured(threshold),
+        "tradeoff": tradeoff,
+        "unanswerable_share": unanswerable_share,
+        "answerable": len(answerable.right),
+        "answerable_reachable": len(reachable),
+        "removed": len(removed.right),
+    }
+
+
+def fit_abstention(
+    train: Sequence[Example],
     removed: Sequence[Example],
     model: SentenceModel,
-    max_false: float,
-) -> tuple[float, dict[str, float]]:
-    """The threshold on the best quotable sentence's probability that abstains on the most
-    gold-removed questions while abstaining on at most `max_false` of the answerable ones whose
-    answer was retrieved."""
-
-    def best(example: Example) -> float:
-        ranked = [s for s in scored(example, model) if s.candidate.ref.whole]
-        return ranked[0].probability if ranked else 0.0
-
-    reachable = [best(e) for e in answerable if e.labels.any()]
-    gone = [best(e) for e in removed if not e.labels.any()]
-    threshold = float(np.quantile(reachable, max_false)) if reachable else 0.0
-    return threshold, {
-        "false_abstention": round(float(np.mean([b < threshold for b in reachable])), 4),
-        "abstention_when_removed": round(float(np.mean([b < threshold for b in gone])), 4),
-        "answerable_reachable": len(reachable),
-        "removed_unreachable": len(gone),
-    }
+    config: QuoteConfig,
+    l2: float,
+) -> AnswerableModel:
+    """The answerable model: whether the quote holds a gold answer, from the first pass, learned
+    on questions asked as they are and with their gold document left out (threshold 0 here)."""
+    rows, labels = [], []
+    for example in [*train, *removed]:
+        ranked = scored(example, model)
+        rows.append(answerable_features(ranked))
+        quote = select_quote(ranked, config, example.question.question)
+        text = " ".join(q.text for q in quote)
+        labels.append(float(bool(quote) and answer_recall(text, example.question.answers) > 0))
+    weights, mean, scale = fit_answerable(np.vstack(rows), np.asarray(labels), l2)
+    return AnswerableModel(weights, mean, scale, threshold=0.0)
 
 
 def _retriever(corpus: Path) -> Retriever:
@@ -268,42 +357,59 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     weights = fit(train, l2=args.l2)
     model = SentenceModel(weights)
     chosen = selection(train, model, args.max_median_words)
-    # Gold passages removed: the training questions' from one index, the evaluation's from another.
-    removed_train = await _removed(passages, training, args.top_k)
-    removed_test = await _removed(passages, evaluation, args.top_k)
-    threshold, train_abstention = abstention(train, removed_train, model, args.max_false_abstention)
-    config = dataclasses.replace(chosen, min_probability=threshold)
-    _, test_abstention = abstention(test, removed_test, model, args.max_false_abstention)
-    no_threshold = dataclasses.replace(config, min_probability=0.0)
+    # Each question as if its own gold document were not in the index.
+    retriever = await asyncio.to_thread(_retriever, passages)
+    try:
+        removed_train = await examples_of(retriever, training, args.top_k, leave_out_gold=True)
+        removed_test = await examples_of(retriever, evaluation, args.top_k, leave_out_gold=True)
+    finally:
+        retriever.close()
+    share, most_false = args.unanswerable_share, args.max_false_abstention
+    answerable = fit_abstention(train, removed_train, model, chosen, args.l2)
+
+    def evidence(ranked: list[ScoredSentence]) -> float:
+        return answerable.probability(ranked)
+
+    measures: dict[str, dict[str, Any]] = {}
+    # The answerable model (what the service reads) beside the best sentence's probability.
+    for name, signal in (("answerable", evidence), ("best_probability", best_probability)):
+        threshold, on_train = abstention(
+            asked(train, model, chosen, signal),
+            asked(removed_train, model, chosen, signal),
+            share,
+            most_false,
+        )
+        _, on_test = abstention(
+            asked(test, model, chosen, signal),
+            asked(removed_test, model, chosen, signal),
+            share,
+            most_false,
+            threshold=threshold,
+        )
+        measures[name] = {"threshold": threshold, "training": on_train, "evaluation": on_test}
+    answerable = dataclasses.replace(answerable, threshold=measures["answerable"]["threshold"])
+    config = chosen  # the quote itself no longer abstains: the answerable model decides
+
+    def abstains(example: Example) -> bool:
+        return answerable.probability(scored(example, model)) < answerable.threshold
+
     return {
         "weights": weights,
         "config": config,
+        "answerable": answerable,
         "metrics": {
             "training": {
                 "questions": len(train),
-                "quote": quote_metrics(train, lambda e: scored(e, model), config),
-                "abstention": train_abstention,
+                "quote": quote_metrics(train, lambda e: scored(e, model), config, abstains),
             },
             "evaluation": {
-                "quote": quote_metrics(test, lambda e: scored(e, model), config),
-                "quote_without_abstention": quote_metrics(
-                    test, lambda e: scored(e, model), no_threshold
-                ),
-                "naive_overlap": quote_metrics(test, lambda e: naive(e, idf), no_threshold),
-                "abstention": test_abstention,
+                "quote": quote_metrics(test, lambda e: scored(e, model), config, abstains),
+                "quote_without_abstention": quote_metrics(test, lambda e: scored(e, model), config),
+                "naive_overlap": quote_metrics(test, lambda e: naive(e, idf), config),
             },
+            "abstention": measures,
         },
     }
-
-
-async def _removed(passages: Path, questions: Sequence[Question], top_k: int) -> list[Example]:
-    gold = {q.gold_passage_id for q in questions if q.gold_passage_id}
-    corpus = corpus_without(passages, gold, _CACHE / "corpora")
-    retriever = await asyncio.to_thread(_retriever, corpus)
-    try:
-        return await examples_of(retriever, questions, top_k)
-    finally:
-        retriever.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -312,7 +418,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--weights", type=Path, default=WEIGHTS)
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--l2", type=float, default=1.0)
-    parser.add_argument("--max-false-abstention", type=float, default=0.03)
+    parser.add_argument(
+        "--unanswerable-share",
+        type=float,
+        default=0.2,
+        help="share of questions whose answer is not in the corpus, for the abstention threshold",
+    )
+    parser.add_argument("--max-false-abstention", type=float, default=0.10)
     parser.add_argument(
         "--max-median-words", type=float, default=33.0, help="for the quote's selection"
     )
@@ -321,7 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = asyncio.run(run(args))
     weights: ScorerWeights = result["weights"]
     config: QuoteConfig = result["config"]
-    payload = {**weights.to_json(), "quote": dataclasses.asdict(config)}
+    answerable: AnswerableModel = result["answerable"]
+    payload = {
+        **weights.to_json(),
+        "quote": dataclasses.asdict(config),
+        "answerable": answerable.to_json(),
+    }
     args.weights.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     write_result(
         args.out,

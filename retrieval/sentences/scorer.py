@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -151,6 +151,8 @@ class Candidate:
 class ScoredSentence:
     candidate: Candidate
     probability: float
+    # Its row of `FEATURES` (what the answerable model reads of the best sentence).
+    features: npt.NDArray[np.float64] | None = field(default=None, compare=False, repr=False)
 
 
 def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
@@ -291,7 +293,7 @@ class SentenceModel:
             return []
         probabilities = self.probabilities(features)
         order = np.argsort(-probabilities, kind="stable")
-        return [ScoredSentence(found[i], float(probabilities[i])) for i in order]
+        return [ScoredSentence(found[i], float(probabilities[i]), features[i]) for i in order]
 
 
 class SentenceScorer:
