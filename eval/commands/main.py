@@ -38,6 +38,7 @@ from eval.commands.load import add_load_command
 from eval.commands.report import add_report_command
 from eval.commands.retrieval import HttpRanking, InProcessRanking, evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
+from eval.lib.results import measured_at
 from eval.lib.results import write_result as _write
 from eval.lib.splits import PARTS, squad_part_of
 from retrieval.corpus import corpus_checksum
@@ -305,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    measured_at()  # the code loaded now is what is measured
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:

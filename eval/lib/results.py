@@ -3,6 +3,7 @@ configuration, dataset counts, software versions and a timestamp beside them."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import subprocess
@@ -34,8 +35,11 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache
 def measured_at() -> str:
-    """The commit the measurement ran at, with `-dirty` when tracked files had changes."""
+    """The commit the measurement ran at, with `-dirty` when tracked files had changes: read
+    once, so a command that asks when it starts (`answer-eval` does) records the code it loaded,
+    not a commit made while it ran."""
     root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(
