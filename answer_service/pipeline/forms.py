@@ -27,7 +27,7 @@ from budget.planner import query_tokens
 from generation.prompt_layout import ContextPassage
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import QuoteConfig
-from retrieval.sentences.scorer import ScoredSentence
+from retrieval.sentences.scorer import ScoredSentence, best_probabilities
 
 # Prompt tokens of one focused excerpt (a sentence and its neighbours) and of one passage, for
 # the first-token prediction of each form before its prompt is laid out.
@@ -57,8 +57,6 @@ class FormConfig:
     quote: QuoteConfig = field(default_factory=QuoteConfig)
     # Sentences on each side of a chosen one that go into its focused excerpt.
     neighbours: int = 1
-    # Abstain (say it does not know) when no sentence is likely enough to answer.
-    abstain: bool = True
     # The chance the sources answer at all, read for abstention (None: the best sentence's
     # probability against the quote's `min_probability`, for weights learned without it).
     answerable: AnswerableModel | None = None
@@ -75,7 +73,7 @@ class FormPolicy:
         the best quotable sentence's probability where there is no such model."""
         if self.config.answerable is not None:
             return self.config.answerable.probability(sentences)
-        return next((s.probability for s in sentences if s.candidate.ref.whole), 0.0)
+        return best_probabilities(sentences, 1)[0]
 
     def abstain_below(self, setting: float | None) -> float:
         """The evidence under which the service says it does not know: the setting, else the
@@ -103,8 +101,7 @@ class FormPolicy:
             # with the planner off every size is the request's.
             size = 0 if mode == "quote" else most
             return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
-        best = next((s.probability for s in sentences if s.candidate.ref.whole), 0.0)
-        second = next((s.probability for s in sentences[1:] if s.candidate.ref.whole), 0.0)
+        best, second = best_probabilities(sentences, 2)
         request = FormRequest(query_tokens(answer.request.query), best, best - second, most)
         planner = self._planning.planner
         models = self._planning.models

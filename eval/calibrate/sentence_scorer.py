@@ -57,6 +57,7 @@ from retrieval.sentences.scorer import (
     ScoredSentence,
     ScorerWeights,
     SentenceModel,
+    best_probabilities,
     candidates,
     feature_matrix,
 )
@@ -261,7 +262,7 @@ def asked(
 
 
 def best_probability(ranked: list[ScoredSentence]) -> float:
-    return next((s.probability for s in ranked if s.candidate.ref.whole), 0.0)
+    return best_probabilities(ranked, 1)[0]
 
 
 def abstention(

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from retrieval.errors import RetrievalError
-from retrieval.sentences.scorer import FEATURES, ScoredSentence
+from retrieval.sentences.scorer import FEATURES, ScoredSentence, best_probabilities
 
 ANSWERABLE_FEATURES = (
     "bias",
@@ -39,15 +39,15 @@ ANSWERABLE_FEATURES = (
 def answerable_features(sentences: Sequence[ScoredSentence]) -> npt.NDArray[np.float64]:
     """One row of `ANSWERABLE_FEATURES` for a question's ranked sentences (best first); all
     zeros past the bias when none can be quoted."""
-    whole = [s for s in sentences if s.candidate.ref.whole]
+    best = next((s for s in sentences if s.candidate.ref.whole), None)
     row = np.zeros(len(ANSWERABLE_FEATURES))
     row[0] = 1.0
-    if not whole or whole[0].features is None:
+    if best is None or best.features is None:
         row[1] = math.log(1e-6)
         return row
-    top = [s.probability for s in whole[:3]] + [0.0, 0.0]
-    row[1:6] = (math.log(top[0] + 1e-6), top[0], top[0] - top[1], top[1], top[2])
-    row[6:] = whole[0].features[1:]
+    first, second, third = best_probabilities(sentences, 3)
+    row[1:6] = (math.log(first + 1e-6), first, first - second, second, third)
+    row[6:] = best.features[1:]
     return row
 
 

@@ -155,6 +155,13 @@ class ScoredSentence:
     features: npt.NDArray[np.float64] | None = field(default=None, compare=False, repr=False)
 
 
+def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[float]:
+    """The `n` best probabilities among the sentences that can be quoted (ranked best first),
+    padded with zeros."""
+    found = [s.probability for s in sentences if s.candidate.ref.whole][:n]
+    return found + [0.0] * (n - len(found))
+
+
 def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
     """Every sentence of the retrieved passages (index row, passage; best first)."""
     return [
