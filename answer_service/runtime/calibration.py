@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class CalibrationConfig:
     enabled: bool = True
+    # The search mode requests use (what is timed).
+    mode: str = "hybrid"
     # Queries timed through embed, search and sentence scoring (built from the index's titles).
     queries: int = 6
     search_depths: tuple[int, ...] = (5, 20)
@@ -48,14 +50,13 @@ async def calibrate(
     retriever: Retriever,
     workers: Sequence[GenerationClient],
     config: CalibrationConfig,
-    mode: str = "hybrid",
 ) -> float:
     """Time each stage here, make the timings the stage models' priors, and return the
     calibrated floor: the typical time to a first token of the smallest plan on an idle worker."""
     deadline = Deadline.after_ms(config.timeout_s * 1000.0)
     try:
         await asyncio.wait_for(
-            _measure(planning, retriever, workers, config, mode, deadline), config.timeout_s
+            _measure(planning, retriever, workers, config, deadline), config.timeout_s
         )
     except (TimeoutError, RetrievalError, GenerationError) as exc:
         logger.warning("stage calibration cut short, the rest keeps its prior error=%s", exc)
@@ -88,13 +89,12 @@ async def _measure(
     retriever: Retriever,
     workers: Sequence[GenerationClient],
     config: CalibrationConfig,
-    mode: str,
     deadline: Deadline,
 ) -> None:
     index = retriever.index
     rows = range(0, len(index), max(1, len(index) // max(config.queries, 1)))
     passages = [index.passage(row) for row in rows][: config.queries]
-    search = retriever.search_stage(retriever.serving_mode(mode))
+    search = retriever.search_stage(retriever.serving_mode(config.mode))
     for number, passage in enumerate(passages):
         # Questions of growing length, from the corpus's own words.
         words = f"{passage.title} {passage.text}".split()[: 4 + 4 * number]

@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
-from answer_service.runtime.calibration import CalibrationConfig, calibrate
+from answer_service.runtime.calibration import calibrate
 from answer_service.runtime.configs import (
+    calibration_config,
     embedder_config,
     pipeline_config,
     reranker_config,
@@ -206,14 +207,9 @@ class Components:
             embeddings=self._embedding_cache(self.retriever),
             fleet=self.fleet,
         )
-        if settings.planner and settings.planner_calibrate:  # before any request is let in
-            floor_ms = await calibrate(
-                pipeline.planning,
-                self.retriever,
-                self.workers,
-                CalibrationConfig(),
-                settings.retrieval_mode,
-            )
+        calibration = calibration_config(settings)
+        if calibration.enabled:  # before any request is let in
+            floor_ms = await calibrate(pipeline.planning, self.retriever, self.workers, calibration)
             self.calibrated_floor_ms = round(floor_ms, 1)
         self.pipeline = pipeline
         logger.info(
