@@ -133,8 +133,21 @@ class LatencyModel:
         self._points.append((max(work, 0.0), elapsed_ms))
         self._refit()
 
-    def _refit(self) -> None:
-        points = list(self._points)
+    def settle(self) -> bool:
+        """Take what has been observed as the prior, unblended: the service's warm-up measures
+        each stage where it runs, and that, not a constant measured elsewhere, is what the
+        model starts from. Later observations refit as before. False (and nothing changed)
+        when nothing has been observed."""
+        if not self._points:
+            return False
+        fit, admit_margin = self._line(list(self._points))
+        self.prior = fit
+        self._prior_admit_margin = admit_margin
+        self._fit, self._admit_margin = fit, admit_margin
+        return True
+
+    def _line(self, points: list[tuple[float, float]]) -> tuple[LinearPrior, float]:
+        """The fit of `points` alone, and its margin at the admission quantile."""
         slope = _theil_sen_slope(points)
         slope = self.prior.slope_ms if slope is None else max(slope, 0.0)
         residuals = [y - slope * x for x, y in points]
@@ -144,12 +157,15 @@ class LatencyModel:
         def margin(q: float) -> float:
             return max(_quantile(spread, q), 0.0) if len(points) > 1 else 0.0
 
+        return LinearPrior(intercept, slope, margin(self.quantile)), margin(self._admit_q)
+
+    def _refit(self) -> None:
+        points = list(self._points)
+        fit, admit_margin = self._line(points)
         weight = min(1.0, len(points) / self.min_observations)
         self._fit = LinearPrior(
-            intercept_ms=weight * intercept + (1 - weight) * self.prior.intercept_ms,
-            slope_ms=weight * slope + (1 - weight) * self.prior.slope_ms,
-            margin_ms=weight * margin(self.quantile) + (1 - weight) * self.prior.margin_ms,
+            intercept_ms=weight * fit.intercept_ms + (1 - weight) * self.prior.intercept_ms,
+            slope_ms=weight * fit.slope_ms + (1 - weight) * self.prior.slope_ms,
+            margin_ms=weight * fit.margin_ms + (1 - weight) * self.prior.margin_ms,
         )
-        self._admit_margin = (
-            weight * margin(self._admit_q) + (1 - weight) * self._prior_admit_margin
-        )
+        self._admit_margin = weight * admit_margin + (1 - weight) * self._prior_admit_margin

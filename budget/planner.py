@@ -97,6 +97,15 @@ class StageModels:
     def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
         self.model(stage, worker).observe(work, elapsed_ms)
 
+    def settle(self) -> list[str]:
+        """Every model that has observed something takes that as its prior (`LatencyModel.settle`);
+        the names of those that did (`first_token@<worker>` per worker)."""
+        return [
+            f"{stage}@{worker}" if worker else stage
+            for (stage, worker), model in sorted(self._models.items())
+            if model.settle()
+        ]
+
     def states(self) -> dict[str, ModelState]:
         return {
             f"{stage}@{worker}" if worker else stage: model.state()

@@ -101,6 +101,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
         reranker=components.reranker_status,
         redis=await components.redis_status(),
         workers_down=down if len(components.workers) > 1 else [],
+        calibrated_floor_ms=components.calibrated_floor_ms,
     )
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)
 

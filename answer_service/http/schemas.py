@@ -264,6 +264,9 @@ class PlanPayload(BaseModel):
     mode: str = "auto"
     form: str = "passages"
     form_reason: str = ""
+    # The smallest generated answer's typical time to a first token on an idle worker, from the
+    # stage models (measured here at warm-up): a budget under it gets a quote or a 422.
+    floor_ms: float = 0.0
 
     @classmethod
     def of(cls, plan: PlanRecord) -> PlanPayload:
@@ -288,6 +291,7 @@ class PlanPayload(BaseModel):
             mode=plan.mode,
             form=plan.form,
             form_reason=plan.form_reason,
+            floor_ms=round(plan.floor_ms, 1),
         )
 
 
@@ -325,3 +329,7 @@ class ReadyOut(BaseModel):
     redis: str = "not configured"
     # SGLang workers that fail their health check while another still answers.
     workers_down: list[str] = []
+    # The typical time to a first token of the smallest generated answer on an idle worker, from
+    # the stage timings measured here at warm-up (None: not calibrated); a budget under it gets
+    # a quote or a 422, never a generated answer.
+    calibrated_floor_ms: float | None = None

@@ -59,6 +59,8 @@ class PlanRecord:
     form: str = "passages"
     mode: str = "auto"
     form_reason: str = ""
+    # The smallest generated answer's typical time to a first token on an idle worker.
+    floor_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,7 +153,7 @@ class RequestPlanning:
         return dataclasses.replace(
             RequestPlan.of(plan, self.config.enabled, tier, budget_ms),
             admitted=admitted,
-            idle_floor_ms=0.0 if admitted else self.planner.idle_floor_ms(request),
+            idle_floor_ms=self.planner.idle_floor_ms(request),
         )
 
     def arrival_rate_rps(self) -> float:

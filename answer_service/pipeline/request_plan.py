@@ -25,8 +25,9 @@ class RequestPlan:
     cuts: tuple[Cut, ...] = ()
     queue_wait_ms: float = 0.0
     worker: str = ""
-    # When no plan is likely to make the budget: the smallest plan's median time on an idle
-    # worker (a budget under it is the request's problem, not the load's).
+    # The smallest plan's median time to a first token on an idle worker, as the stage models
+    # (calibrated at warm-up) predict it: a budget under it is the request's problem, not the
+    # load's.
     idle_floor_ms: float = 0.0
     # Whether admission lets it in.
     admitted: bool = True
@@ -89,4 +90,5 @@ class RequestPlan:
             form=self.form,
             mode=self.mode,
             form_reason=self.form_reason,
+            floor_ms=self.idle_floor_ms,
         )

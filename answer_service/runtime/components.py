@@ -18,7 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
+from answer_service.runtime.calibration import calibrate
 from answer_service.runtime.configs import (
+    calibration_config,
     embedder_config,
     pipeline_config,
     reranker_config,
@@ -83,6 +85,8 @@ class Components:
     pipeline: AnswerPipeline | None = None
     served_model: str | None = None
     warm_up_error: str | None = None
+    # The idle floor from the stage timings measured at warm-up (None: not calibrated).
+    calibrated_floor_ms: float | None = None
     reranker_status: str = "not loaded"
     # Where the embedder, reranker and index run, and their GPU shares (set in warm-up).
     placement: Placement | None = None
@@ -192,7 +196,7 @@ class Components:
         if settings.gc_freeze:  # before it is ready: the full collection stalls everything
             await asyncio.to_thread(freeze_heap, collect=True)
         config = pipeline_config(settings, self.served_model)
-        self.pipeline = AnswerPipeline(
+        pipeline = AnswerPipeline(
             self.retriever,
             template,
             self.workers,
@@ -203,6 +207,11 @@ class Components:
             embeddings=self._embedding_cache(self.retriever),
             fleet=self.fleet,
         )
+        calibration = calibration_config(settings)
+        if calibration.enabled:  # before any request is let in
+            floor_ms = await calibrate(pipeline.planning, self.retriever, self.workers, calibration)
+            self.calibrated_floor_ms = round(floor_ms, 1)
+        self.pipeline = pipeline
         logger.info(
             "warm-up finished passages=%d model=%s index_device=%s index_backend=%s",
             len(self.retriever.index),

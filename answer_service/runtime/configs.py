@@ -10,6 +10,7 @@ from answer_service.pipeline.generation import GenerationConfig
 from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
 from answer_service.pipeline.retrieval import RetrievalConfig
 from answer_service.pipeline.runner import PipelineConfig
+from answer_service.runtime.calibration import CalibrationConfig
 from answer_service.runtime.settings import Settings
 from generation.stages import PromptConfig
 from retrieval.embedder import EmbedderConfig
@@ -87,6 +88,13 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
         quality=read_quality_curves(settings.planner_quality_file)
         if settings.planner_quality_file
         else DEFAULT_QUALITY,
+    )
+
+
+def calibration_config(settings: Settings) -> CalibrationConfig:
+    """The warm-up's stage timing: on with the planner unless switched off."""
+    return CalibrationConfig(
+        enabled=settings.planner and settings.planner_calibrate, mode=settings.retrieval_mode
     )
 
 

@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     # The arrival rate the planner sizes prefills by is the higher of the last 30 s's and the
     # last `planner_burst_window_s`'s (30: the steady rate alone).
     planner_burst_window_s: float = Field(default=5.0, gt=0.0, le=30.0)
+    # Time each stage at warm-up (embed, search, sentences, each worker's first token) and plan
+    # from those timings rather than the priors shipped in code (answer_service/runtime/calibration.py).
+    planner_calibrate: bool = True
     # Prompts each SGLang worker prefills at once; others wait by tenant tier.
     generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
     # Requests that may wait for a worker's slots; more get 503 + Retry-After at once (the

@@ -1,0 +1,147 @@
+"""The planner's stage models measured where the service runs, before it is ready.
+
+The priors in `budget/planner.py` were measured on one kind of machine (2 CPU cores); on a GPU
+or a faster CPU they overstate every stage, and requests the hardware could serve are refused.
+At warm-up the service times each stage on the machine and model it serves: embedding queries
+of a few lengths, searching at two depths, scoring the sentences of what was found, and on each
+SGLang worker the first token of prompts of a few sizes that share no cached prefix. The stage
+models then take those timings as their priors (`StageModels.settle`) and keep learning online
+as before. A stage that could not be measured keeps its shipped prior, and the log says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from answer_service.pipeline.planning import RequestPlanning
+from budget import Deadline
+from budget.planner import PlanInput, query_tokens
+from generation.client import GenerationClient, SamplingParams, StreamTimeouts
+from generation.errors import GenerationError
+from retrieval.errors import RetrievalError
+from retrieval.retriever import Retriever
+from retrieval.search.base import SearchRequest
+from retrieval.stages import SentenceRequest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationConfig:
+    enabled: bool = True
+    # The search mode requests use (what is timed).
+    mode: str = "hybrid"
+    # Queries timed through embed, search and sentence scoring (built from the index's titles).
+    queries: int = 6
+    search_depths: tuple[int, ...] = (5, 20)
+    # Prompt sizes (words of passage text) whose first token is timed on each worker.
+    prompt_words: tuple[int, ...] = (30, 150, 450)
+    # The whole calibration's bound; what is not measured by then keeps its prior.
+    timeout_s: float = 60.0
+
+
+async def calibrate(
+    planning: RequestPlanning,
+    retriever: Retriever,
+    workers: Sequence[GenerationClient],
+    config: CalibrationConfig,
+) -> float:
+    """Time each stage here, make the timings the stage models' priors, and return the
+    calibrated floor: the typical time to a first token of the smallest plan on an idle worker."""
+    deadline = Deadline.after_ms(config.timeout_s * 1000.0)
+    try:
+        await asyncio.wait_for(
+            _measure(planning, retriever, workers, config, deadline), config.timeout_s
+        )
+    except (TimeoutError, RetrievalError, GenerationError) as exc:
+        logger.warning("stage calibration cut short, the rest keeps its prior error=%s", exc)
+    settled = planning.models.settle()
+    floor_ms = calibrated_floor_ms(planning)
+    logger.info(
+        "stages calibrated here settled=%s floor_ms=%.0f kept_prior=%s",
+        ",".join(settled) or "none",
+        floor_ms,
+        ",".join(sorted(_unmeasured(settled, workers))) or "none",
+    )
+    return floor_ms
+
+
+def calibrated_floor_ms(planning: RequestPlanning, worker: str = "") -> float:
+    """The idle floor of a typical request (a ten-word question, five sources, one passage to
+    the model): what `ttft_budget_ms` must at least allow for a generated answer."""
+    request = PlanInput(
+        remaining_ms=0.0,
+        query_tokens=query_tokens("a question of about ten words asked of the service"),
+        max_passages=5,
+        reranker=False,
+        worker=worker or planning.gate.least_loaded(),
+    )
+    return planning.planner.idle_floor_ms(request)
+
+
+async def _measure(
+    planning: RequestPlanning,
+    retriever: Retriever,
+    workers: Sequence[GenerationClient],
+    config: CalibrationConfig,
+    deadline: Deadline,
+) -> None:
+    index = retriever.index
+    rows = range(0, len(index), max(1, len(index) // max(config.queries, 1)))
+    passages = [index.passage(row) for row in rows][: config.queries]
+    search = retriever.search_stage(retriever.serving_mode(config.mode))
+    for number, passage in enumerate(passages):
+        # Questions of growing length, from the corpus's own words.
+        words = f"{passage.title} {passage.text}".split()[: 4 + 4 * number]
+        query = "What does " + " ".join(words) + " mean?"
+        embedded = await retriever.embed.run(query, deadline)
+        planning.observe("embed", float(query_tokens(query)), embedded.elapsed_ms)
+        found = None
+        for depth in config.search_depths:
+            result = await search.run(SearchRequest(query, embedded.value, depth), deadline)
+            planning.observe("search", float(depth), result.elapsed_ms)
+            found = found or result.value
+        if found:
+            scored = await retriever.sentences.run(
+                SentenceRequest(query, embedded.value, found[:5]), deadline
+            )
+            planning.observe("sentences", float(scored.work or 0), scored.elapsed_ms)
+    text = " ".join(p.text for p in passages).split()
+    for worker in workers:
+        for size in config.prompt_words:
+            await _first_token(planning, worker, " ".join(text[:size]), deadline)
+
+
+async def _first_token(
+    planning: RequestPlanning, worker: GenerationClient, text: str, deadline: Deadline
+) -> None:
+    """One uncached prompt (a fresh nonce first, so no cached prefix applies) to its first
+    token; the first-token model learns its prefill size and time."""
+    prompt = f"[{uuid.uuid4().hex}] {text}\nSummary:"
+    sent_s = time.perf_counter()
+    stream = await worker.open_stream(
+        prompt, SamplingParams(max_new_tokens=1), StreamTimeouts(deadline)
+    )
+    try:
+        elapsed_ms = None
+        async for _ in stream:
+            if elapsed_ms is None:
+                elapsed_ms = (time.perf_counter() - sent_s) * 1000.0
+    finally:
+        stream.close_nowait()
+    result = stream.result
+    if result is None or elapsed_ms is None:
+        return
+    uncached = max(result.prompt_tokens - result.cached_tokens, 0)
+    planning.observe("first_token", float(uncached), elapsed_ms, worker.base_url)
+
+
+def _unmeasured(settled: Sequence[str], workers: Sequence[GenerationClient]) -> set[str]:
+    wanted = {"embed", "search", "sentences", "prompt"}
+    wanted |= {f"first_token@{w.base_url}" for w in workers}
+    return wanted - set(settled)
