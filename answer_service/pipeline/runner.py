@@ -134,8 +134,10 @@ class AnswerPipeline:
         self._forms = FormPolicy(
             config.forms, self.planning, config.form_quality or read_form_curves()
         )
-        # While the idle floor refuses, the worker's first token is timed again now and then.
-        self.floor_probe = FloorProbe(self.planning, self._workers)
+        # While the idle floor refuses, the worker's first token is timed again now and then
+        # (set where the stage models start from a warm-up's measurement, which one busy moment
+        # can make too slow; None: the shipped priors, nothing to re-measure).
+        self.floor_probe: FloorProbe | None = None
         runner = StageRunner(tracer, self.planning)
         self._retrieval = RetrievalSteps(runner, self.planning, config.retrieval, embeddings)
         self._generation = GenerationSteps(
@@ -248,7 +250,7 @@ class AnswerPipeline:
         no_model = plan.planner and not plan.admitted
         quote_instead = no_model and mode in ("auto", "quote")
         sources_only = no_model and not quote_instead
-        if no_model and plan.idle_floor_ms > request.ttft_budget_ms:
+        if self.floor_probe and no_model and plan.idle_floor_ms > request.ttft_budget_ms:
             # Under the floor as the stage models see it: let them see the worker again now
             # and then, in case they learned it slower than it is (a warm-up on a busy machine).
             self.floor_probe.refused(plan.worker or self.planning.gate.least_loaded())
