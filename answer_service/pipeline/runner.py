@@ -39,6 +39,7 @@ from answer_service.pipeline.generation import GenerationConfig, GenerationSteps
 from answer_service.pipeline.planning import FleetRate, PlanningConfig, RequestPlanning
 from answer_service.pipeline.ports import AnswerListener, AnswerStore, EmbeddingStore
 from answer_service.pipeline.prepared import PreparedAnswer
+from answer_service.pipeline.probe import FloorProbe
 from answer_service.pipeline.request_plan import RequestPlan
 from answer_service.pipeline.retrieval import RetrievalConfig, RetrievalSteps, Retrieved
 from answer_service.pipeline.stage_runner import StageRunner
@@ -133,6 +134,10 @@ class AnswerPipeline:
         self._forms = FormPolicy(
             config.forms, self.planning, config.form_quality or read_form_curves()
         )
+        # While the idle floor refuses, the worker's first token is timed again now and then
+        # (set where the stage models start from a warm-up's measurement, which one busy moment
+        # can make too slow; None: the shipped priors, nothing to re-measure).
+        self.floor_probe: FloorProbe | None = None
         runner = StageRunner(tracer, self.planning)
         self._retrieval = RetrievalSteps(runner, self.planning, config.retrieval, embeddings)
         self._generation = GenerationSteps(
@@ -245,6 +250,10 @@ class AnswerPipeline:
         no_model = plan.planner and not plan.admitted
         quote_instead = no_model and mode in ("auto", "quote")
         sources_only = no_model and not quote_instead
+        if self.floor_probe and no_model and plan.idle_floor_ms > request.ttft_budget_ms:
+            # Under the floor as the stage models see it: let them see the worker again now
+            # and then, in case they learned it slower than it is (a warm-up on a busy machine).
+            self.floor_probe.refused(plan.worker or self.planning.gate.least_loaded())
         if sources_only and not request.allow_sources_only:
             raise self._refusal(request, plan)
         if no_model:  # the sources a full answer would have had, no rerank, no prompt

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from answer_service.pipeline.planning import RequestPlanning
+from answer_service.pipeline.probe import time_first_token
 from budget import Deadline
 from budget.planner import PlanInput, query_tokens
-from generation.client import GenerationClient, SamplingParams, StreamTimeouts
+from generation.client import GenerationClient
 from generation.errors import GenerationError
 from retrieval.errors import RetrievalError
 from retrieval.retriever import Retriever
@@ -114,31 +113,7 @@ async def _measure(
     text = " ".join(p.text for p in passages).split()
     for worker in workers:
         for size in config.prompt_words:
-            await _first_token(planning, worker, " ".join(text[:size]), deadline)
-
-
-async def _first_token(
-    planning: RequestPlanning, worker: GenerationClient, text: str, deadline: Deadline
-) -> None:
-    """One uncached prompt (a fresh nonce first, so no cached prefix applies) to its first
-    token; the first-token model learns its prefill size and time."""
-    prompt = f"[{uuid.uuid4().hex}] {text}\nSummary:"
-    sent_s = time.perf_counter()
-    stream = await worker.open_stream(
-        prompt, SamplingParams(max_new_tokens=1), StreamTimeouts(deadline)
-    )
-    try:
-        elapsed_ms = None
-        async for _ in stream:
-            if elapsed_ms is None:
-                elapsed_ms = (time.perf_counter() - sent_s) * 1000.0
-    finally:
-        stream.close_nowait()
-    result = stream.result
-    if result is None or elapsed_ms is None:
-        return
-    uncached = max(result.prompt_tokens - result.cached_tokens, 0)
-    planning.observe("first_token", float(uncached), elapsed_ms, worker.base_url)
+            await time_first_token(planning, worker, " ".join(text[:size]), deadline)
 
 
 def _unmeasured(settled: Sequence[str], workers: Sequence[GenerationClient]) -> set[str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
+from answer_service.pipeline.probe import FloorProbe
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
@@ -211,6 +212,8 @@ class Components:
         if calibration.enabled:  # before any request is let in
             floor_ms = await calibrate(pipeline.planning, self.retriever, self.workers, calibration)
             self.calibrated_floor_ms = round(floor_ms, 1)
+            workers = {w.base_url: w for w in self.workers}
+            pipeline.floor_probe = FloorProbe(pipeline.planning, workers)
         self.pipeline = pipeline
         logger.info(
             "warm-up finished passages=%d model=%s index_device=%s index_backend=%s",
