@@ -94,6 +94,17 @@ class GenerationSteps:
                 f"{exc}; retry later", retry_after_s=self._planning.retry_after_s()
             ) from exc
         answer.plan = answer.plan.queued(worker, slot.waited_ms)
+        # The fixed part of any first token on this worker (a shorter prompt cannot help).
+        first_token_ms = self._planning.models.median_ms("first_token", 0.0, worker)
+        if hard.remaining_ms() < first_token_ms:
+            # The slot came free too late (requests queued together share a deadline): sending
+            # now would only start work SGLang is aborted from a moment later.
+            slot.release()
+            raise StageTimeoutError(
+                "the generation slot came free too late for a first token before the "
+                f"request's deadline ({hard.remaining_ms():.0f} ms left, ~{first_token_ms:.0f} "
+                "needed)"
+            )
         try:
             ahead = gate.prefilling_tokens(worker, slot)
             prompt = await self._prompt(answer, context, worker, lookup, ahead)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from answer_service.errors import StageTimeoutError
 from answer_service.pipeline.events import (
     AnswerRequest,
     CitationEvent,
@@ -110,6 +111,27 @@ async def test_a_request_keeps_the_index_it_started_on(index_dir: Path, tmp_path
     sources = next(e for e in events if isinstance(e, SourcesEvent)).sources
     assert (sources[0].passage_id, sources[0].score) == ("coffee#0", 0.0)  # adopted
     assert "coffee" in generation.prompts[-1].lower()
+
+
+async def test_a_slot_that_comes_free_too_late_sends_nothing(index_dir: Path) -> None:
+    """Requests queued together share a deadline: when the one holding the slot gives up, the
+    next must not start a generation it has no time left to see a first token of."""
+    generation = ScriptedGeneration(words("Tea."))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    for _ in range(8):  # this worker takes 800 ms to any first token
+        pipeline.planning.models.observe("first_token", 0.0, 800.0, generation.base_url)
+    held = await pipeline.planning.gate.acquire(generation.base_url, "standard", 0)
+    # Budget 500 ms: given up on at 2 s (x4); the slot comes free with ~500 ms left.
+    task = asyncio.create_task(
+        pipeline.prepare(AnswerRequest("tea steeped minutes", 500, 2), Deadline.after_ms(500))
+    )
+    await asyncio.sleep(1.5)
+    assert not task.done()
+    held.release()
+    with pytest.raises(StageTimeoutError, match="came free too late"):
+        await task
+    assert generation.prompts == []
+    assert pipeline.planning.gate.pending_tokens(generation.base_url) == 0
 
 
 @pytest.fixture
