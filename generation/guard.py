@@ -7,18 +7,29 @@ limit. The answer is stopped (and the server's request aborted) at the loop's fi
 
 A phrase used twice on purpose ("the lock is taken ... the lock is released") is neither: a
 repeated sentence must repeat whole, and a repeated run must be long and come a third time.
+A whole sentence said a second time, not right after itself, is a `repeat`: not a loop, but
+nothing the reader needs twice, so the caller leaves it out. `may_repeat` tells whether the
+sentence still being written could turn out to be one, so that the caller holds it back until
+it is decided and a repeated sentence is never shown, not even in part.
+
+Sentences compare by their words (lower case, without articles or punctuation), as answer
+metrics compare answers.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Literal
+
+Verdict = Literal["new", "repeat", "loop"]
 
 _WORD = re.compile(r"[a-z0-9]+")
+_ARTICLES = frozenset({"a", "an", "the"})
 
 
 def _normalized(text: str) -> tuple[str, ...]:
-    return tuple(_WORD.findall(text.lower()))
+    return tuple(w for w in _WORD.findall(text.lower()) if w not in _ARTICLES)
 
 
 class RepetitionGuard:
@@ -30,22 +41,40 @@ class RepetitionGuard:
         self.ngram = ngram
         self.ngram_repeats = ngram_repeats
         self._sentences: Counter[tuple[str, ...]] = Counter()
+        # The sentences said so far, as normalised text (for `may_repeat`'s prefix test).
+        self._said: set[str] = set()
         self._last: tuple[str, ...] = ()
         self._words: list[str] = []
         self._grams: Counter[tuple[str, ...]] = Counter()
         self._tail = ""
 
-    def sentence(self, text: str) -> bool:
-        """A finished sentence; True when it is a loop."""
+    def sentence(self, text: str) -> Verdict:
+        """A finished sentence: `loop` when it repeats the one before or comes a third time,
+        `repeat` when it was said before, else `new`."""
         if not self.enabled:
-            return False
+            return "new"
         words = _normalized(text)
         if len(words) < self.min_words:
-            return False
+            return "new"
         self._sentences[words] += 1
-        looping = words == self._last or self._sentences[words] >= 3
+        count = self._sentences[words]
+        looping = words == self._last or count >= 3
         self._last = words
-        return looping
+        self._said.add(" ".join(words))
+        if looping:
+            return "loop"
+        return "repeat" if count > 1 else "new"
+
+    def may_repeat(self, partial: str) -> bool:
+        """Whether a sentence that begins with `partial` (its last word perhaps cut short)
+        could still end as one already said."""
+        if not self.enabled or not self._said:
+            return False
+        if not _WORD.search(partial.lower()):
+            return False
+        # Only articles so far ("The"): any sentence may still follow.
+        start = " ".join(_normalized(partial))
+        return any(said.startswith(start) for said in self._said)
 
     def feed(self, delta: str) -> bool:
         """A piece of the answer; True when its words now run in a loop."""

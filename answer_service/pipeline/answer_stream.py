@@ -41,7 +41,7 @@ from answer_service.pipeline.ports import AnswerStore
 from answer_service.pipeline.prepared import Generation, PreparedAnswer
 from answer_service.pipeline.values import error_event
 from generation.errors import GenerationError
-from generation.guard import RepetitionGuard
+from generation.guard import RepetitionGuard, Verdict
 from retrieval.sentences.splitter import SentenceSpan, SentenceStream
 
 logger = logging.getLogger(__name__)
@@ -171,9 +171,7 @@ class _AnswerWriter:
             if self._prepared.stopped is not None:
                 break
             if self._policy == "mark":
-                # Shown as it comes, but for the white space after a sentence's last mark: its
-                # citation, decided when the next sentence starts, goes right after the mark.
-                for event in self._send_to(_safe_end(self._generated)):
+                for event in self._send_to(self._showable(sentences, guard)):
                     yield event
         if self._policy != "mark" and self._prepared.stopped is not None:
             return  # what was held back is not shown
@@ -181,12 +179,23 @@ class _AnswerWriter:
             if self._prepared.stopped is not None and self._policy != "mark":
                 break
             checking = self._prepared.stopped is None
-            for event in self._finished(span, attributor, guard, checking=checking):
+            for event in self._finished(span, attributor, guard, checking=checking, last=True):
                 yield event
         tail = self._generated[self._held_from :]
-        if self._policy == "mark" or not tail.strip():
+        if (self._policy == "mark" and not guard.may_repeat(tail)) or not tail.strip():
             for event in self._send_to(len(self._generated)):
                 yield event
+
+    def _showable(self, sentences: SentenceStream, guard: RepetitionGuard) -> int:
+        """How far the mark policy may show the text as it comes: all of it but the white
+        space after a sentence's last mark (its citation, decided when the next sentence
+        starts, goes right after the mark) and a sentence still being written that could turn
+        out to repeat one already said (held until it is decided: a repeat is never shown)."""
+        end = _safe_end(self._generated)
+        open_from = sentences.open_from
+        if guard.may_repeat(self._generated[open_from:]):
+            end = min(end, open_from)
+        return end
 
     def _finished(
         self,
@@ -195,16 +204,22 @@ class _AnswerWriter:
         guard: RepetitionGuard,
         *,
         checking: bool = True,
+        last: bool = False,
     ) -> list[PipelineEvent]:
         """A finished sentence's events: (its text and) its citation. `checking`: whether it
-        may still stop the answer (not once the answer has ended)."""
+        may still stop the answer (not once the answer has ended); `last`: one of the
+        sentences left when the stream ended, perhaps cut short. A sentence said before is
+        left out (a last one that begins like one said before, too), and a loop ends the
+        answer before it."""
         text = self._generated[span.start : span.end]
         generation = self._prepared.generation
         assert generation is not None
-        if checking and guard.sentence(text):
+        verdict: Verdict = "repeat" if last and guard.may_repeat(text) else guard.sentence(text)
+        if verdict == "loop" and checking:
             self._stop("repetition", generation)
-            if self._policy != "mark":
-                return []  # held back: never shown
+        if verdict != "new":
+            self._held_from = max(self._held_from, span.end)  # never shown
+            return []
         citation = attributor.cite(span, text)
         supported = citation is None or citation.supported
         if citation is not None:
@@ -213,18 +228,17 @@ class _AnswerWriter:
             self._prepared.unsupported_sentences += 1
         if self._policy == "mark":
             events = self._send_to(span.end)
-            if citation is not None:
-                self.citations.append(citation)
-                events.append(CitationEvent(citation))
-            return events
-        if not supported:
+        elif not supported:
             if self._policy == "stop" and checking:
                 self._stop("unsupported", generation)
             self._held_from = span.end  # dropped: never shown
             return []
-        events = self._send(self._generated[self._held_from : span.end])
-        self._held_from = span.end
+        else:
+            events = self._send(self._generated[self._held_from : span.end])
+            self._held_from = span.end
         if citation is not None:
+            # Where the sentence is in what the client was sent (a sentence left out moves
+            # the ones after it).
             shift = len(self.emitted) - span.end
             moved = dataclasses.replace(
                 citation,

@@ -376,7 +376,10 @@ def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]
                 if by_id[q.question_id].status == "ok"
             ]
         ),
+        # What the reader got: an answer that says a sentence twice. Beside it, how often the
+        # loop guard had to stop one (its repeat was then never shown).
         "repetition_rate": _mean([float(repeats(r)) for r in ok]),
+        "repetition_stopped_rate": _mean([float(r.finish_reason == "repetition") for r in ok]),
         "unsupported_sentence_rate": round(
             sum(r.unsupported_sentences for r in model) / sum(r.sentences for r in model), 4
         )
@@ -421,9 +424,8 @@ def score_answers(questions: Sequence[Question], records: Sequence[AnswerRecord]
 
 
 def repeats(record: AnswerRecord) -> bool:
-    """Whether the answer repeats a sentence (of four words or more), or was stopped for it."""
-    if record.finish_reason == "repetition":
-        return True
+    """Whether the answer, as the reader got it, says a sentence (of four words or more)
+    twice."""
     seen: set[tuple[str, ...]] = set()
     for span in split_sentences(record.answer):
         words = tuple(normalize_answer(record.answer[span.start : span.end]).split())

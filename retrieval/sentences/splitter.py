@@ -233,6 +233,11 @@ class SentenceStream:
         self._done = cut
         return spans
 
+    @property
+    def open_from(self) -> int:
+        """Where the text not yet returned as finished sentences starts."""
+        return self._done
+
     def finish(self) -> list[SentenceSpan]:
         spans = [s for s in split_sentences(self.text) if s.start >= self._done]
         self._done = len(self.text)

@@ -149,7 +149,42 @@ async def test_a_loop_is_stopped_and_the_request_aborted(index_dir: Path) -> Non
     stats = done_of(events).stats
     assert stats.finish_reason == "repetition"
     assert len(generation.aborted) == 1
-    assert text_of(events).count("Green tea steeps for two minutes.") <= 2
+    assert text_of(events).strip() == "Green tea steeps for two minutes."
+
+
+@pytest.mark.parametrize("policy", ["mark", "drop", "stop"])
+async def test_a_repeated_sentence_is_never_shown_not_even_in_part(
+    index_dir: Path, policy: str
+) -> None:
+    """A sentence said again later is left out, and the answer goes on; the citations point
+    into what the client was sent."""
+    said = (
+        "Green tea steeps for two minutes. Espresso is brewed by forcing hot water. "
+        "Green tea steeps for two minutes. Espresso uses ground coffee."
+    )
+    generation = ScriptedGeneration(words(said))
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        citations=CitationConfig(unsupported=policy),  # type: ignore[arg-type]
+    )
+    events = await answer(pipeline, "How long is green tea steeped and how is espresso brewed?")
+    text = text_of(events)
+    assert text.count("Green tea") == 1
+    assert text.strip().endswith("Espresso uses ground coffee.")
+    assert done_of(events).stats.finish_reason == "stop"
+    for citation in (e.citation for e in events if isinstance(e, CitationEvent)):
+        assert text[citation.start : citation.end] in said
+
+
+async def test_an_answer_cut_short_while_repeating_shows_none_of_the_repeat(
+    index_dir: Path,
+) -> None:
+    said = "Green tea steeps for two minutes. Espresso is brewed by forcing hot water. Green tea"
+    generation = ScriptedGeneration(words(said))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped and how is espresso brewed?")
+    assert text_of(events).count("Green tea") == 1
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ hand-computed cases, and the question loader on malformed files."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,20 @@ def test_score_answers_by_hand() -> None:
     assert metrics["ttft_ms"]["p50"] == 100.0
     assert metrics["ok"] == 3
     assert metrics["errored"] == 0
+
+
+def test_repetition_counts_what_the_reader_got_and_stops_apart() -> None:
+    questions = [Question(f"q{i}", "how?", ("two minutes",), "d1") for i in range(3)]
+    loop = "Green tea steeps for two minutes."
+    records = [
+        _record("q0", f"{loop} The water is hot. {loop}", ("d1",), ()),
+        # Stopped by the guard before the repeat was shown: the answer itself does not repeat.
+        dataclasses.replace(_record("q1", loop, ("d1",), ()), finish_reason="repetition"),
+        _record("q2", "Green tea steeps. Green tea steeps.", ("d1",), ()),  # under four words
+    ]
+    metrics = score_answers(questions, records)
+    assert metrics["repetition_rate"] == pytest.approx(1 / 3, abs=1e-3)
+    assert metrics["repetition_stopped_rate"] == pytest.approx(1 / 3, abs=1e-3)
 
 
 @pytest.mark.parametrize(

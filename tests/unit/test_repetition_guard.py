@@ -11,28 +11,63 @@ LOOP = (
 )
 
 
-def _sentences(guard: RepetitionGuard, sentences: list[str]) -> list[bool]:
+def _sentences(guard: RepetitionGuard, sentences: list[str]) -> list[str]:
     return [guard.sentence(s) for s in sentences]
 
 
 def test_a_sentence_right_after_itself_is_a_loop() -> None:
     first = "It is created when a table is being processed."
-    assert _sentences(RepetitionGuard(), [first, first]) == [False, True]
+    assert _sentences(RepetitionGuard(), [first, first]) == ["new", "loop"]
 
 
 def test_a_sentence_a_third_time_is_a_loop() -> None:
     a, b = "VACUUM FULL rewrites the whole table.", "It takes an exclusive lock."
-    assert _sentences(RepetitionGuard(), [a, b, a, b, a]) == [False, False, False, False, True]
+    assert _sentences(RepetitionGuard(), [a, b, a, b, a]) == [
+        "new",
+        "new",
+        "repeat",
+        "repeat",
+        "loop",
+    ]
 
 
-def test_a_sentence_used_twice_on_purpose_is_not() -> None:
+def test_a_sentence_said_again_later_is_a_repeat_not_a_loop() -> None:
     a = "The lock is taken on the table."
     b = "Other sessions wait until the command ends."
-    assert _sentences(RepetitionGuard(), [a, b, a]) == [False, False, False]
+    assert _sentences(RepetitionGuard(), [a, b, a]) == ["new", "new", "repeat"]
+
+
+def test_a_phrase_used_twice_in_different_sentences_is_neither() -> None:
+    guard = RepetitionGuard()
+    said = [
+        "The lock is taken when the command starts.",
+        "Other sessions wait until the lock is released.",
+    ]
+    assert _sentences(guard, said) == ["new", "new"]
+    assert not guard.feed(" ".join(said))
+
+
+def test_sentences_compare_by_their_words_as_answers_do() -> None:
+    a = "The table is rewritten, then the lock is released."
+    assert _sentences(RepetitionGuard(), [a, "A table is rewritten; then lock is released!"]) == [
+        "new",
+        "loop",
+    ]
 
 
 def test_short_repeats_like_yes_are_not() -> None:
-    assert _sentences(RepetitionGuard(), ["Yes.", "Yes.", "Yes."]) == [False, False, False]
+    assert _sentences(RepetitionGuard(), ["Yes.", "Yes.", "Yes."]) == ["new", "new", "new"]
+
+
+def test_a_sentence_being_written_may_repeat_while_it_begins_like_one_said() -> None:
+    guard = RepetitionGuard()
+    assert not guard.may_repeat("The lock")  # nothing said yet
+    guard.sentence("The lock is taken on the table.")
+    assert guard.may_repeat(" The")  # only an article so far: anything may follow
+    assert guard.may_repeat("The lock is ta")  # its last word cut short
+    assert not guard.may_repeat("The lock is released")
+    assert not guard.may_repeat("Other sessions")
+    assert not guard.may_repeat("  ")
 
 
 def test_a_looping_run_without_sentence_ends_is_caught_in_the_stream() -> None:
