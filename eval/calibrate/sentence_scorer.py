@@ -334,7 +334,10 @@ def fit_abstention(
 
 def _retriever(corpus: Path) -> Retriever:
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
-    return Retriever.open(index_of(corpus, None, embedder), embedder)
+    # The examples need only the features; the weights are what this command learns.
+    return Retriever.open(
+        index_of(corpus, None, embedder), embedder, scorer=ScorerWeights.untrained()
+    )
 
 
 def _questions(part: Part) -> list[Question]:

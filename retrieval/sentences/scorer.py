@@ -8,8 +8,13 @@ to the best of its own passage, and its rank; the question's word pairs and unst
 repeats, whether it holds the question's rarest term, and how spread out the matches are; what
 is new in it (not the question's words); the passage's rank and how much of the question the
 passage and its title hold; the sentence's place and length, whether it is whole, code or a
-list item; and whether it holds the kind of thing the question asks for (a number for "how
-many", a year or a date for "when", a name the question does not use for "who" or "where").
+list item; whether it holds the kind of thing the question asks for (a number for "how
+many", a year or a date for "when", a name the question does not use for "who" or "where");
+and the same question coverage weighted by how rare each term is among this question's
+candidates rather than in the corpus (`local_*`): retrieved passages mostly share the
+question's topic words ("Super Bowl 50"), so what tells the answering sentence apart is the
+term few of them hold ("sacked"). Alone, with neighbours, against the best, its rank, and the
+densest window of the sentence's terms.
 
 The weights rank the candidates of a question against each other (a conditional logit, so the
 best sentence is what it learns to find) and a one-variable logistic turns the score into the
@@ -67,7 +72,14 @@ FEATURES = (
     "rarest_term",
     "spread",
     "new_terms",
+    "local_cover",
+    "local_margin",
+    "local_rank",
+    "local_context",
+    "local_window",
 )
+# Terms in the window `local_window` slides over a sentence.
+_WINDOW_TERMS = 8
 
 _NUMBER_Q = re.compile(
     r"\b(how (many|much|long|old|far|big|large|tall|high|often)|what (number|percent|"
@@ -76,7 +88,11 @@ _NUMBER_Q = re.compile(
 )
 _TIME_Q = re.compile(r"\b(when|what (year|date|time|day|month|century|decade|period|era))\b", re.I)
 _NAME_Q = re.compile(r"\b(who|whom|whose|where|which (person|city|country|team|company))\b", re.I)
-_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(
+    r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
+    r"forty|fifty|hundred|thousand|million|billion|dozen|half|once|twice)\b",
+    re.I,
+)
 _YEAR = re.compile(
     r"\b(1\d{3}|20\d{2})\b|\b(January|February|March|April|May|June|July|August|September|"
     r"October|November|December)\b|\b\d{1,2}(st|nd|rd|th) century\b"
@@ -101,6 +117,13 @@ class ScorerWeights:
             raise ValueError("one weight, mean and scale per feature")
         if self.names != FEATURES:
             raise ValueError(f"weights for features {self.names}, the scorer has {FEATURES}")
+
+    @classmethod
+    def untrained(cls) -> ScorerWeights:
+        """Zero weights for today's features: what the command that learns them opens an index
+        with (the shipped weights may be for other features)."""
+        n = len(FEATURES)
+        return cls(FEATURES, (0.0,) * n, (0.0,) * n, (1.0,) * n)
 
     @classmethod
     def read(cls, path: Path | None = None) -> ScorerWeights:
@@ -201,6 +224,7 @@ def feature_matrix(
     best_in_passage: dict[int, float] = {}
     for candidate, cover in zip(found, covers, strict=True):
         best_in_passage[candidate.ref.row] = max(best_in_passage.get(candidate.ref.row, 0.0), cover)
+    local = _LocalCover(asked, lists)
     rows = []
     best_cos, best_cover = max(cosines), max(covers)
     for i, (candidate, sentence_terms) in enumerate(zip(found, terms, strict=True)):
@@ -234,7 +258,7 @@ def feature_matrix(
                 float(not candidate.ref.whole),
                 float(candidate.ref.kind == "code"),
                 float(candidate.ref.kind == "item"),
-                float(number_q and bool(_DIGIT.search(text))),
+                float(number_q and bool(_NUMBER.search(text))),
                 float(time_q and bool(_YEAR.search(text))),
                 float(name_q and bool(names)),
                 len(pairs & set(itertools.pairwise(in_order))) / len(pairs) if pairs else 0.0,
@@ -244,9 +268,45 @@ def feature_matrix(
                 float(rarest is not None and rarest in sentence_terms),
                 (hits[-1] - hits[0] + 1) / len(in_order) if len(hits) > 1 else 1.0,
                 min(len(set(in_order) - asked), 20) / 20.0,
+                local.covers[i],
+                local.covers[i] - local.best,
+                1.0 / (1.0 + local.ranks[i]),
+                local.of(context),
+                local.window(in_order),
             )
         )
     return np.asarray(rows, dtype=np.float64)
+
+
+class _LocalCover:
+    """The question's terms weighted by how few of its candidate sentences hold each (IDF over
+    the candidates, not the corpus), and each candidate's share of that weight."""
+
+    def __init__(self, asked: frozenset[str], lists: Sequence[list[str]]) -> None:
+        held = [frozenset(terms) for terms in lists]
+        n = len(held)
+        self._weights: dict[str, float] = {}
+        for term in asked:
+            seen = sum(term in terms for terms in held)
+            self._weights[term] = math.log(1.0 + (n - seen + 0.5) / (seen + 0.5))
+        self._total = sum(self._weights.values())
+        self.covers = [self.of(terms) for terms in held]
+        self.best = max(self.covers, default=0.0)
+        order = np.argsort(-np.asarray(self.covers), kind="stable")
+        self.ranks = np.empty(n)
+        self.ranks[order] = np.arange(n)
+
+    def of(self, terms: frozenset[str] | set[str]) -> float:
+        if not self._total:
+            return 0.0
+        return sum(w for t, w in self._weights.items() if t in terms) / self._total
+
+    def window(self, in_order: Sequence[str]) -> float:
+        """The largest share held by `_WINDOW_TERMS` consecutive terms of the sentence."""
+        if not self._total:
+            return 0.0
+        starts = range(max(len(in_order) - _WINDOW_TERMS + 1, 1))
+        return max(self.of(set(in_order[a : a + _WINDOW_TERMS])) for a in starts)
 
 
 def _cosines(vector: Vectors, found: Sequence[Candidate], store: SentenceStore) -> list[float]:

@@ -53,3 +53,36 @@ def test_the_shipped_scorer_puts_the_answer_first(index: LoadedIndex) -> None:
 def test_weights_for_other_features_are_refused() -> None:
     with pytest.raises(ValueError, match="features"):
         ScorerWeights(("bias",), (1.0,), (0.0,), (1.0,))
+
+
+GAME = {
+    "game": (
+        "Super Bowl 50",
+        "Super Bowl 50 was played in Santa Clara. Super Bowl 50 had a large audience. "
+        "Newton was sacked seven times in Super Bowl 50. Super Bowl 50 ended late.",
+    ),
+    "show": ("Halftime", "The Super Bowl 50 halftime show was headlined by Coldplay."),
+}
+
+
+def test_local_coverage_weighs_the_term_few_candidates_hold(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Every candidate holds the topic ("Super Bowl 50"); the one that also holds "sacked" is
+    the only one with most of the question's weight among the candidates, where corpus IDF
+    weighs the topic words as much."""
+    directory = make_index(tmp_path_factory.mktemp("local"), GAME)
+    embedder = HashEmbedder()
+    index = LoadedIndex.open(directory, embedder=embedder.name, dimension=embedder.dimension)
+    question = "How many times was Newton sacked in Super Bowl 50?"
+    found = candidates(index.sentences, _rows(index))  # type: ignore[arg-type]
+    matrix = feature_matrix(question, embedder.encode([question]), found, index.sentences)
+    local = matrix[:, FEATURES.index("local_cover")]
+    sacked = next(i for i, c in enumerate(found) if "sacked" in c.text)
+    assert local.argmax() == sacked
+    assert matrix[sacked, FEATURES.index("local_margin")] == 0.0
+    assert matrix[sacked, FEATURES.index("local_rank")] == 1.0
+    others = np.delete(local, sacked)
+    assert (others < 0.5 * local[sacked]).all()
+    # "seven" is what "how many" asks for, though it is not written in digits.
+    assert matrix[sacked, FEATURES.index("number_asked")] == 1.0
