@@ -2,7 +2,9 @@
 
 A request holds a slot of its worker from just before its prompt is sent until its first token
 arrives (or it fails): prefill is what two cores cannot share without every prompt's first
-token coming late, while decoding batches well. Requests waiting for a slot queue by tier with
+token coming late, while decoding batches well. How many slots a worker has is what it was
+measured to batch at warm-up (budget/concurrency.py: one on a CPU, more on a GPU), unless
+configured. Requests waiting for a slot queue by tier with
 weighted shares and aging. A waiter whose client goes away (its task is cancelled) leaves the
 queue at once. The gate also tells the planner how many prompt tokens a worker must still
 prefill before a new request's own: those holding its slots and those queued for them.
@@ -87,6 +89,18 @@ class GenerationGate:
         }
         self._tickets = itertools.count()
 
+    def capacity(self, worker: str) -> int:
+        return self._workers[worker].capacity
+
+    def set_capacity(self, worker: str, slots: int) -> None:
+        """`worker` runs `slots` prefills at once from now on (what it was measured to batch);
+        waiters take the new slots at once, and holders of slots beyond a smaller capacity
+        keep them until they release."""
+        if slots < 1:
+            raise ValueError("a worker needs at least one slot")
+        self._workers[worker].capacity = slots
+        self._grant(worker)
+
     def pending_tokens(self, worker: str) -> float:
         """Prompt tokens `worker` must prefill before a request queued now gets its turn."""
         state = self._workers[worker]
@@ -143,8 +157,12 @@ class GenerationGate:
             held[ticket] = tokens
 
     def _release(self, worker: str, ticket: int) -> None:
+        self._workers[worker].held.pop(ticket, None)
+        self._grant(worker)
+
+    def _grant(self, worker: str) -> None:
+        """Free slots to the waiters next in line."""
         state = self._workers[worker]
-        state.held.pop(ticket, None)
         while len(state.held) < state.capacity:
             entry = state.queue.pop()
             if entry is None:

@@ -30,6 +30,19 @@ async def time_first_token(
 ) -> float | None:
     """One uncached prompt (a fresh nonce first, so no cached prefix applies) to its first
     token; the first-token model learns its prefill size and time, which is returned."""
+    timed = await first_token_of(worker, text, deadline)
+    if timed is None:
+        return None
+    elapsed_ms, uncached = timed
+    planning.observe("first_token", float(uncached), elapsed_ms, worker.base_url)
+    return elapsed_ms
+
+
+async def first_token_of(
+    worker: GenerationClient, text: str, deadline: Deadline
+) -> tuple[float, int] | None:
+    """Milliseconds to the first token of `text` as an uncached prompt (a fresh nonce first),
+    and the tokens the worker prefilled for it; None when no token came."""
     prompt = f"[{uuid.uuid4().hex}] {text}\nSummary:"
     sent_s = time.perf_counter()
     stream = await worker.open_stream(
@@ -45,9 +58,7 @@ async def time_first_token(
     result = stream.result
     if result is None or elapsed_ms is None:
         return None
-    uncached = max(result.prompt_tokens - result.cached_tokens, 0)
-    planning.observe("first_token", float(uncached), elapsed_ms, worker.base_url)
-    return elapsed_ms
+    return elapsed_ms, max(result.prompt_tokens - result.cached_tokens, 0)
 
 
 class FloorProbe:

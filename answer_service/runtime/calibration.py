@@ -6,19 +6,22 @@ At warm-up the service times each stage on the machine and model it serves: embe
 of a few lengths, searching at two depths, scoring the sentences of what was found, and on each
 SGLang worker the first token of prompts of a few sizes that share no cached prefix. The stage
 models then take those timings as their priors (`StageModels.settle`) and keep learning online
-as before. A stage that could not be measured keeps its shipped prior, and the log says which.
+as before. Each worker's generation slots follow what it batches: uncached prompts sent 1, 2,
+4, ... at once, for as long as each doubling still raises throughput (budget/concurrency.py). A stage that could not be measured keeps its shipped prior, and the log says which.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from answer_service.pipeline.planning import RequestPlanning
-from answer_service.pipeline.probe import time_first_token
+from answer_service.pipeline.probe import first_token_of, time_first_token
 from budget import Deadline
+from budget.concurrency import SlotChoice, slots_from_timings
 from budget.planner import PlanInput, query_tokens
 from generation.client import GenerationClient
 from generation.errors import GenerationError
@@ -42,6 +45,12 @@ class CalibrationConfig:
     prompt_words: tuple[int, ...] = (30, 150, 450)
     # The whole calibration's bound; what is not measured by then keeps its prior.
     timeout_s: float = 60.0
+    # Generation slots per worker from what it batches (budget/concurrency.py): prompts of
+    # `slot_prompt_words` words sent 1, 2, 4, ... at once, up to `max_slots`; None: the
+    # configured slots stand.
+    max_slots: int | None = 16
+    slot_prompt_words: int = 150
+    slot_min_gain: float = 1.25
 
 
 async def calibrate(
@@ -114,6 +123,48 @@ async def _measure(
     for worker in workers:
         for size in config.prompt_words:
             await time_first_token(planning, worker, " ".join(text[:size]), deadline)
+    if config.max_slots is not None:
+        prompt = " ".join(text[: config.slot_prompt_words])
+        for worker in workers:
+            choice = await measure_slots(worker, prompt, config, deadline)
+            planning.gate.set_capacity(worker.base_url, choice.slots)
+            logger.info(
+                "generation slots measured worker=%s slots=%d prompts_per_s=%s why=%s",
+                worker.base_url,
+                choice.slots,
+                {n: round(t, 2) for n, t in choice.throughput.items()},
+                choice.reason,
+            )
+
+
+async def measure_slots(
+    worker: GenerationClient, text: str, config: CalibrationConfig, deadline: Deadline
+) -> SlotChoice:
+    """How many prefills `worker` runs well at once: 1, 2, 4, ... uncached prompts of `text`
+    sent together (the faster of two tries each), until a doubling stops paying."""
+    assert config.max_slots is not None
+    timings: dict[int, float] = {}
+    at_once = 1
+    while at_once <= config.max_slots:
+        tries = [await _all_first_tokens_ms(worker, text, at_once, deadline) for _ in range(2)]
+        timings[at_once] = min(tries)
+        choice = slots_from_timings(timings, config.slot_min_gain)
+        if choice.slots < at_once:
+            return choice
+        at_once *= 2
+    return slots_from_timings(timings, config.slot_min_gain)
+
+
+async def _all_first_tokens_ms(
+    worker: GenerationClient, text: str, at_once: int, deadline: Deadline
+) -> float:
+    """Milliseconds until each of `at_once` uncached prompts sent together had a first token
+    (not learned by the first-token model: each waited for the others)."""
+    started_s = time.perf_counter()
+    timed = await asyncio.gather(*(first_token_of(worker, text, deadline) for _ in range(at_once)))
+    if any(t is None for t in timed):
+        raise GenerationError("a prompt of the concurrency measurement had no first token")
+    return (time.perf_counter() - started_s) * 1000.0
 
 
 def _unmeasured(settled: Sequence[str], workers: Sequence[GenerationClient]) -> set[str]:

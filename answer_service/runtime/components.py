@@ -331,6 +331,13 @@ class Components:
                 logger.info("waiting for sglang url=%s error=%s", self.sglang.base_url, exc)
                 await asyncio.sleep(_SGLANG_RETRY_S)
 
+    def generation_slots(self) -> dict[str, int]:
+        """Each worker's generation slots (empty until the pipeline is built)."""
+        if self.pipeline is None:
+            return {}
+        gate = self.pipeline.planning.gate
+        return {w.base_url: gate.capacity(w.base_url) for w in self.workers}
+
     async def not_ready_reasons(self, down: list[str] | None = None) -> list[str]:
         """What keeps the service from answering; `down`: the workers known to be down
         (else checked now)."""

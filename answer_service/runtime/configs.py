@@ -79,7 +79,7 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
         margin_ms=settings.planner_margin_ms,
         admit_quantile=settings.planner_admit_quantile,
         burst_window_s=settings.planner_burst_window_s,
-        slots_per_worker=settings.generation_slots_per_worker,
+        slots_per_worker=settings.generation_slots_per_worker or 1,
         tier_weights=tuple(settings.tier_weights.items()),
         default_tier=settings.default_tier,
         tier_max_wait_ms=settings.tier_max_wait_ms,
@@ -92,9 +92,14 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
 
 
 def calibration_config(settings: Settings) -> CalibrationConfig:
-    """The warm-up's stage timing: on with the planner unless switched off."""
+    """The warm-up's stage timing: on with the planner unless switched off; it measures each
+    worker's generation slots unless they are configured."""
     return CalibrationConfig(
-        enabled=settings.planner and settings.planner_calibrate, mode=settings.retrieval_mode
+        enabled=settings.planner and settings.planner_calibrate,
+        mode=settings.retrieval_mode,
+        max_slots=settings.generation_slots_max
+        if settings.generation_slots_per_worker is None
+        else None,
     )
 
 

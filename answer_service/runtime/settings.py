@@ -124,8 +124,12 @@ class Settings(BaseSettings):
     # Time each stage at warm-up (embed, search, sentences, each worker's first token) and plan
     # from those timings rather than the priors shipped in code (answer_service/runtime/calibration.py).
     planner_calibrate: bool = True
-    # Prompts each SGLang worker prefills at once; others wait by tenant tier.
-    generation_slots_per_worker: int = Field(default=1, ge=1, le=64)
+    # Prompts each SGLang worker prefills at once; others wait by tenant tier. Unset: what
+    # each worker was measured to batch at warm-up (1, 2, 4, ... prompts at once while a
+    # doubling still pays, at most `generation_slots_max`; answer_service/runtime/calibration.py),
+    # or 1 where the warm-up does not calibrate.
+    generation_slots_per_worker: int | None = Field(default=None, ge=1, le=64)
+    generation_slots_max: int = Field(default=16, ge=1, le=64)
     # Requests that may wait for a worker's slots; more get 503 + Retry-After at once (the
     # planner's admission refuses earlier; with it off, this is the only bound).
     generation_queue_max: int = Field(default=DEFAULT_QUEUE_MAX, ge=0)

@@ -1,5 +1,6 @@
 """An in-process generation client honouring `GenerationClient` (generation/client.py): each
-prompt gets the scripted answer, one delta per piece, with usage as SGLang reports it. For the
+prompt gets the scripted answer, one delta per piece, with usage as SGLang reports it, after a
+prefill that a batching backend runs for all prompts at once and another one at a time. For the
 pipeline's unit tests; the contract suite runs it beside the real `SGLangClient`."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class ScriptedStream:
         started_s = time.perf_counter()
         text, n, ttft_ms = "", 0, None
         try:
+            await self.client.prefill()
             for piece in self.pieces[: self.max_new_tokens]:
                 if self._closed:
                     return
@@ -85,6 +87,20 @@ class ScriptedGeneration:
     delay_s: float = 0.0
     prompts: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+    # Each prompt's prefill before its first piece: `prefill_s` seconds, all at once where the
+    # backend `batches` (a GPU), one after another where it does not (a CPU).
+    prefill_s: float = 0.0
+    batches: bool = True
+    _prefilling: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def prefill(self) -> None:
+        if not self.prefill_s:
+            return
+        if self.batches:
+            await asyncio.sleep(self.prefill_s)
+            return
+        async with self._prefilling:
+            await asyncio.sleep(self.prefill_s)
 
     async def open_stream(
         self,

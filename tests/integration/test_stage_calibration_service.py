@@ -14,6 +14,10 @@ from tests.support import parse_sse, post_answer, wait_ready
 pytestmark = pytest.mark.integration
 
 
+def url_of_sglang(ready: dict[str, object]) -> str:
+    return str(ready["sglang_url"])
+
+
 def test_the_floor_is_measured_here_and_plans_follow_it(tiny_service: ServiceFactory) -> None:
     with tiny_service(planner_calibrate=True) as url:
         ready = wait_ready(url)
@@ -30,6 +34,14 @@ def test_the_floor_is_measured_here_and_plans_follow_it(tiny_service: ServiceFac
         plan = next(e.data for e in events if e.event == "plan")
         assert plan["form"] == "passages"
         assert 0 < plan["floor_ms"] <= budget
+        # Its generation slots were measured too (how many depends on what this SGLang
+        # batches; the rule itself is tested in tests/unit/test_generation_slots.py).
+        slots = ready["generation_slots"]
+        assert list(slots) == [url_of_sglang(ready)]
+        assert 1 <= slots[url_of_sglang(ready)] <= 16
+    with tiny_service(planner_calibrate=True, generation_slots_per_worker=3) as url:
+        # Configured slots stand: nothing is measured.
+        assert wait_ready(url)["generation_slots"] == {url_of_sglang(wait_ready(url)): 3}
     with tiny_service() as url:  # the shipped priors: the same budget is under their floor
         assert wait_ready(url)["calibrated_floor_ms"] is None
         refused = post_answer(
