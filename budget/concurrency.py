@@ -10,6 +10,7 @@ which every doubling still bought at least `min_gain` times the throughput of th
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ def slots_from_timings(all_first_ms: Mapping[int, float], min_gain: float = 1.25
     if not measured or measured[0][0] != 1:
         return SlotChoice(1, throughput, "no timing of a single prompt: one slot")
     slots, reason = 1, "only one prompt measured"
-    for (before, _), (now, _) in zip(measured, measured[1:], strict=False):
+    for (before, _), (now, _) in itertools.pairwise(measured):
         gain = throughput[now] / throughput[before]
         if gain < min_gain:
             reason = (
