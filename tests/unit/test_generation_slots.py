@@ -52,7 +52,7 @@ async def test_raising_a_workers_capacity_lets_its_waiters_in() -> None:
     assert gate.waiting("w") == 0
     for slot in [held, *slots]:
         slot.release()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one slot"):
         gate.set_capacity("w", 0)
 
 
