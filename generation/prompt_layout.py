@@ -222,6 +222,36 @@ def _user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     return f"{_PASSAGES_HEADER}{blocks}\n\nQuestion: {quoted(question)}"
 
 
+# One worked exchange between the system prompt and the question, when asked for: a short
+# answer in the passages' own words, cited after its sentence. A small model copies the form it
+# is shown (docs/answers.md measures it); it is the same on every request, so it sits in the
+# cached prefix and costs a first token nothing once the worker holds it.
+EXAMPLE_PASSAGES = (
+    ContextPassage(
+        1,
+        "example#0",
+        "Mount Etna",
+        "Mount Etna is an active stratovolcano on the east coast of Sicily. It is 3,357 metres "
+        "high, the highest peak in Italy south of the Alps.",
+    ),
+    ContextPassage(
+        2,
+        "example#1",
+        "Vesuvius",
+        "Mount Vesuvius is a volcano near Naples. Its eruption in 79 AD destroyed Pompeii.",
+    ),
+)
+EXAMPLE_QUESTION = "How high is Mount Etna?"
+EXAMPLE_ANSWER = "Mount Etna is 3,357 metres high [1]."
+
+
+def example_turns() -> tuple[ChatMessage, ChatMessage]:
+    return (
+        ChatMessage("user", _user_message(EXAMPLE_QUESTION, EXAMPLE_PASSAGES)),
+        ChatMessage("assistant", EXAMPLE_ANSWER),
+    )
+
+
 PassageLookup = Callable[[str], ContextPassage | None]
 """A passage by id from the index now served (None when it holds no such passage)."""
 
@@ -273,6 +303,7 @@ def build_prompt(
     adopt: int = 0,
     lookup: PassageLookup | None = None,
     remember: bool = True,
+    example: bool = False,
 ) -> Prompt:
     """Lay the prompt out: keep the best-ranked `limit` passages (given best first; default
     all) that fit, put them in the order `layout` chooses, and number them by position. With
@@ -284,7 +315,8 @@ def build_prompt(
     With a `tree` (the prefixes recently sent to the worker that will serve this prompt), the
     chosen order is remembered there (unless `remember` is false: a prompt that may not be
     sent), and `expected_cached_tokens` estimates the prefix that worker still holds: the
-    system prompt and the passages continuing a remembered sequence.
+    system prompt (and the worked `example`, when asked for) and the passages continuing a
+    remembered sequence.
     """
     wanted = len(passages) if limit is None else min(limit, len(passages))
     kept = wanted
@@ -293,6 +325,7 @@ def build_prompt(
         ordered, matched = laid_out.passages, laid_out.continued
         messages = [
             ChatMessage("system", SYSTEM_PROMPT),
+            *(example_turns() if example else ()),
             ChatMessage("user", _user_message(question, ordered)),
         ]
         text = template.render(messages)
@@ -308,7 +341,7 @@ def build_prompt(
     expected_cached = 0
     if tree is not None:
         if len(tree):
-            shared = _shared_prefix(text, ordered[:matched], template.escape)
+            shared = _shared_prefix(text, ordered[:matched], template.escape, example)
             expected_cached = template.count_tokens(shared)
         if remember:
             tree.insert([p.source_id for p in ordered])
@@ -324,11 +357,15 @@ def build_prompt(
 
 
 def _shared_prefix(
-    text: str, prefix_passages: Sequence[ContextPassage], escape: Callable[[str], str]
+    text: str,
+    prefix_passages: Sequence[ContextPassage],
+    escape: Callable[[str], str],
+    example: bool,
 ) -> str:
     """The start of `text` up to the end of the last of `prefix_passages` (or up to the first
     passage when there are none): what an earlier prompt with the same prefix also had."""
-    end = text.index(_PASSAGES_HEADER) + len(_PASSAGES_HEADER)
+    after_example = text.index(escape(EXAMPLE_ANSWER)) + len(EXAMPLE_ANSWER) if example else 0
+    end = text.index(_PASSAGES_HEADER, after_example) + len(_PASSAGES_HEADER)
     if prefix_passages:
         last = escape(render_passage(prefix_passages[-1]))
         end = text.index(last, end) + len(last)

@@ -30,6 +30,8 @@ class PromptConfig:
     layout: PromptLayout = "cache_aware"
     slack: int = 0
     adopt: int = 0
+    # A worked exchange before the question (prompt_layout.example_turns).
+    example: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,7 @@ class PromptStage:
                 adopt=config.adopt,
                 lookup=request.lookup,
                 remember=False,
+                example=config.example,
             )
             if request.fit is None:
                 return prompt, 0.0

@@ -46,6 +46,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             layout=settings.prompt_layout,
             slack=settings.prompt_cache_slack,
             adopt=settings.prompt_cache_adopt,
+            example=settings.prompt_example,
         ),
         citations=CitationConfig(
             threshold=settings.citation_threshold,

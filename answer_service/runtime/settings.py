@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # cache_aware only: up to this many places may go to passages another question's prompt
     # put on a remembered prefix ahead of this prompt's own (0: only the ranking's own).
     prompt_cache_adopt: int = Field(default=0, ge=0, le=20)
+    # A worked question and answer between the system prompt and the question: a small model
+    # copies the short, cited answer it is shown (docs/answers.md); in the cached prefix.
+    prompt_example: bool = True
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     # SGLang's sampling penalties on what the model already said (0 and 1: none); the loop

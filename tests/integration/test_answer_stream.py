@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from generation.prompt_layout import SYSTEM_PROMPT, ChatMessage, HFChatTemplate
+from generation.prompt_layout import SYSTEM_PROMPT, ChatMessage, HFChatTemplate, example_turns
 from generation.server.launch import SGLangServer
 from retrieval.sentences.splitter import split_sentences
 from tests.integration.conftest import ServiceFactory
@@ -105,14 +105,15 @@ def test_cached_tokens_rise_on_a_repeated_prompt(url: str, tiny_sglang: SGLangSe
     assert first["cached_tokens"] == 0
     assert first["prompt_tokens"] == second["prompt_tokens"]
     assert second["cached_tokens"] >= second["prompt_tokens"] - 1
-    # Another question, other passages: the byte-identical system prompt is still reused.
+    # Another question, other passages: the byte-identical system prompt and worked example
+    # are still reused.
     third = post_answer(url, {**body, "query": "Who was the Panthers' quarterback?"})
     template = HFChatTemplate(str(tiny_sglang.config.model_dir))
-    system_tokens = template.count_tokens(
-        template.render([ChatMessage("system", SYSTEM_PROMPT)]).split("<|im_start|>user")[0]
-    )
-    assert system_tokens > 50
-    assert third.json()["done"]["cached_tokens"] >= system_tokens - 2
+    rendered = template.render([ChatMessage("system", SYSTEM_PROMPT), *example_turns()])
+    shared = rendered[: rendered.rindex("<|im_start|>assistant")]  # the generation prompt's
+    fixed_tokens = template.count_tokens(shared)
+    assert fixed_tokens > 150
+    assert third.json()["done"]["cached_tokens"] >= fixed_tokens - 2
 
 
 def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangServer) -> None:

@@ -5,10 +5,14 @@ from pathlib import Path
 import pytest
 
 from generation.errors import GenerationError
+from generation.prefix_order import PrefixTree
 from generation.prompt_layout import (
+    EXAMPLE_ANSWER,
+    EXAMPLE_QUESTION,
     SYSTEM_PROMPT,
     ContextPassage,
     HFChatTemplate,
+    Prompt,
     build_prompt,
     render_passage,
 )
@@ -30,6 +34,41 @@ def test_system_prompt_first_passages_then_question_last() -> None:
     assert prompt.text.endswith("Question: what?")
     assert prompt.passages == tuple(PASSAGES)
     assert prompt.dropped_passages == 0
+
+
+def test_the_worked_example_sits_between_the_system_prompt_and_the_passages() -> None:
+    prompt = build_prompt("what?", PASSAGES, WordTemplate(), max_prompt_tokens=10_000, example=True)
+    text = prompt.text
+    assert text.startswith(f"system: {SYSTEM_PROMPT}\nuser: Passages:")
+    example_at = text.index(f"Question: {EXAMPLE_QUESTION}\nassistant: {EXAMPLE_ANSWER}\n")
+    assert example_at < text.index(render_passage(PASSAGES[0]))
+    assert text.endswith("Question: what?")
+    # The sources are still the request's passages, numbered from 1.
+    assert prompt.passages == tuple(PASSAGES)
+
+
+def test_the_worked_example_counts_as_cached_prefix_and_the_passages_after_it() -> None:
+    tree = PrefixTree()
+    template = WordTemplate()
+
+    def laid_out(question: str) -> Prompt:
+        return build_prompt(
+            question,
+            PASSAGES,
+            template,
+            max_prompt_tokens=10_000,
+            layout="cache_aware",
+            tree=tree,
+            example=True,
+        )
+
+    first = laid_out("q1")
+    assert first.expected_cached_tokens == 0  # nothing was sent before
+    second = laid_out("another question")
+    shared = first.text[: first.text.index("Question: q1")]
+    assert second.text.startswith(shared.rstrip())
+    # The system prompt, the worked example and all three passages come from the cache.
+    assert second.expected_cached_tokens == template.count_tokens(shared.rstrip())
 
 
 def test_passage_blocks_are_identical_wherever_they_appear() -> None:
