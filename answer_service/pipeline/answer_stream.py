@@ -174,7 +174,9 @@ class _AnswerWriter:
                 for event in self._send_to(self._showable(sentences, guard)):
                     yield event
         if self._policy != "mark" and self._prepared.stopped is not None:
-            return  # what was held back is not shown
+            for event in self._if_nothing_shown():  # what was held back is not shown
+                yield event
+            return
         for span in sentences.finish():
             if self._prepared.stopped is not None and self._policy != "mark":
                 break
@@ -185,6 +187,17 @@ class _AnswerWriter:
         if (self._policy == "mark" and not guard.may_repeat(tail)) or not tail.strip():
             for event in self._send_to(len(self._generated)):
                 yield event
+        for event in self._if_nothing_shown():
+            yield event
+
+    def _if_nothing_shown(self) -> list[PipelineEvent]:
+        """An answer whose every sentence was held back as unsupported says it does not know,
+        rather than nothing."""
+        if self._policy == "mark" or self.emitted.strip() or not self._prepared.sentences:
+            return []
+        if self._prepared.stopped is None:
+            self._prepared.stopped = "unsupported"
+        return self._send(ABSTENTION)
 
     def _showable(self, sentences: SentenceStream, guard: RepetitionGuard) -> int:
         """How far the mark policy may show the text as it comes: all of it but the white

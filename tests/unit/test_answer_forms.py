@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from answer_service.pipeline.answer_stream import CitationConfig
+from answer_service.pipeline.attribution import ABSTENTION
 from answer_service.pipeline.events import (
     AnswerRequest,
     CitationEvent,
@@ -215,6 +216,24 @@ async def test_an_unsupported_sentence_is_marked_dropped_or_stops_the_answer(
     for citation in citations:
         assert text[citation.start : citation.end] in said
     assert citations[0].supported
+
+
+@pytest.mark.parametrize("policy", ["drop", "stop"])
+async def test_an_answer_with_nothing_supported_left_says_it_does_not_know(
+    index_dir: Path, policy: str
+) -> None:
+    generation = ScriptedGeneration(words("Bananas grow on trees in Peru. Apples are blue."))
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[generation],
+        citations=CitationConfig(unsupported=policy),  # type: ignore[arg-type]
+    )
+    events = await answer(pipeline, "How long is green tea steeped?")
+    assert text_of(events) == ABSTENTION
+    stats = done_of(events).stats
+    assert stats.finish_reason == "unsupported"
+    assert stats.unsupported_sentences >= 1
+    assert not [e for e in events if isinstance(e, CitationEvent)]
 
 
 async def test_a_streaming_client_that_prints_markers_as_they_come_puts_them_right(
