@@ -34,6 +34,12 @@ class FormRequest:
     margin: float
     # The most passages (or sentence groups) the request may use.
     max_context: int
+    # The chance the retrieved sentences answer at all (the answerable model's), the share of
+    # the question's weight the best sentence holds among the candidates, and the question's
+    # kind (budget/query_quality.py: who, when, where, how_many, why_how, which_what, other).
+    answerable: float = 0.0
+    best_cover: float = 0.0
+    question_kind: str = "other"
 
 
 class FormQuality(Protocol):

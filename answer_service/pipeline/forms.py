@@ -24,10 +24,11 @@ from budget.forms import (
     choose_form,
 )
 from budget.planner import query_tokens
+from budget.query_quality import QueryQuality, question_kind
 from generation.prompt_layout import ContextPassage
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import QuoteConfig
-from retrieval.sentences.scorer import ScoredSentence, best_probabilities
+from retrieval.sentences.scorer import FEATURES, ScoredSentence, best_probabilities
 
 # Prompt tokens of one focused excerpt (a sentence and its neighbours) and of one passage, for
 # the first-token prediction of each form before its prompt is laid out.
@@ -49,6 +50,20 @@ def read_form_curves(path: Path | None = None) -> QualityCurves:
         return QualityCurves({form: tuple(raw[form]) for form in FORMS if form in raw})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"not a form-curves file: {exc}") from exc
+
+
+def read_form_choice(curves: FormQuality, path: Path | None = None) -> QueryQuality:
+    """The per-query form model (`python -m eval.calibrate.form_choice`) over `curves`: the
+    file given, or the one shipped for the default model."""
+    try:
+        text = (
+            path.read_text(encoding="utf-8")
+            if path is not None
+            else resources.files("answer_service.pipeline").joinpath("form_choice.json").read_text()
+        )
+        return QueryQuality.from_json(json.loads(text), curves)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a per-query form model: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +116,7 @@ class FormPolicy:
             # with the planner off every size is the request's.
             size = 0 if mode == "quote" else most
             return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
-        best, second = best_probabilities(sentences, 2)
-        request = FormRequest(query_tokens(answer.request.query), best, best - second, most)
+        request = form_request(answer.request.query, sentences, most, self.evidence(sentences))
         planner = self._planning.planner
         models = self._planning.models
         gate = self._planning.gate
@@ -132,6 +146,30 @@ class FormPolicy:
                 + choice.reason,
             )
         return choose_form(expected, cost, available, most)
+
+
+def form_request(
+    question: str, sentences: Sequence[ScoredSentence], max_context: int, answerable: float
+) -> FormRequest:
+    """What the form choice knows of a request after its first pass (`sentences` ranked best
+    first; `answerable` the chance they answer at all)."""
+    best, second = best_probabilities(sentences, 2)
+    top = next((s for s in sentences if s.candidate.ref.whole), None)
+    cover = (
+        float(top.features[_LOCAL_COVER]) if top is not None and top.features is not None else 0.0
+    )
+    return FormRequest(
+        query_tokens(question),
+        best,
+        best - second,
+        max_context,
+        answerable=answerable,
+        best_cover=cover,
+        question_kind=question_kind(question),
+    )
+
+
+_LOCAL_COVER = FEATURES.index("local_cover")
 
 
 def focused_excerpts(

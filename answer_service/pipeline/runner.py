@@ -51,7 +51,7 @@ from answer_service.pipeline.values import (
     ranked_sources,
 )
 from budget import CacheEstimator, Deadline
-from budget.forms import FormChoice, QualityCurves
+from budget.forms import FormChoice, FormQuality
 from generation.client import GenerationClient
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage
@@ -83,7 +83,7 @@ class PipelineConfig:
     snippet_chars: int = 300
     forms: FormConfig = field(default_factory=FormConfig)
     # Quality per form and context size, for `auto` (measured for the served model).
-    form_quality: QualityCurves | None = None
+    form_quality: FormQuality | None = None
     # A question whose sources are less likely than this to answer gets "I do not know"
     # without the model; None: the calibrated threshold; 0: never.
     abstain_below: float | None = None

@@ -5,13 +5,14 @@ and the embedder's. Nothing below `answer_service/runtime` reads the settings.""
 from __future__ import annotations
 
 from answer_service.pipeline.answer_stream import CitationConfig
-from answer_service.pipeline.forms import FormConfig, read_form_curves
+from answer_service.pipeline.forms import FormConfig, read_form_choice, read_form_curves
 from answer_service.pipeline.generation import GenerationConfig
 from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
 from answer_service.pipeline.retrieval import RetrievalConfig
 from answer_service.pipeline.runner import PipelineConfig
 from answer_service.runtime.calibration import CalibrationConfig
 from answer_service.runtime.settings import Settings
+from budget.forms import FormQuality
 from generation.stages import PromptConfig
 from retrieval.embedder import EmbedderConfig
 from retrieval.index.ann import SearchDepth
@@ -60,7 +61,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             answerable=AnswerableModel.read(settings.sentence_scorer_file),
             neighbours=settings.focused_neighbours,
         ),
-        form_quality=read_form_curves(settings.form_curves_file),
+        form_quality=form_quality(settings),
         planning=planning_config(settings, slack),
         routing=settings.sglang_routing,
         ttft_timeout_factor=settings.ttft_timeout_factor,
@@ -90,6 +91,13 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
         if settings.planner_quality_file
         else DEFAULT_QUALITY,
     )
+
+
+def form_quality(settings: Settings) -> FormQuality:
+    curves = read_form_curves(settings.form_curves_file)
+    if settings.form_quality == "curves":
+        return curves
+    return read_form_choice(curves, settings.form_choice_file)
 
 
 def calibration_config(settings: Settings) -> CalibrationConfig:

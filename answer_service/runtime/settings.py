@@ -162,6 +162,11 @@ class Settings(BaseSettings):
     # Quality per form and context size for `auto` (`python -m eval.calibrate.form_curves`);
     # default: the curves shipped for SmolLM2-135M-Instruct.
     form_curves_file: Path | None = None
+    # What `auto` expects of each form: the curves alone, the same for every request, or the
+    # per-query model over them (budget/query_quality.py, `python -m eval.calibrate.form_choice`;
+    # `form_choice_file`, default the one shipped for SmolLM2-135M-Instruct).
+    form_quality: Literal["curves", "per_query"] = "curves"
+    form_choice_file: Path | None = None
     # The sentence scorer's weights and the quote's selection
     # (`python -m eval.calibrate.sentence_scorer`); default: the ones shipped.
     sentence_scorer_file: Path | None = None
