@@ -74,7 +74,9 @@ class RepetitionGuard:
             return False
         # Only articles so far ("The"): any sentence may still follow.
         start = " ".join(_normalized(partial))
-        return any(said.startswith(start) for said in self._said)
+        if partial[-1].isalnum():  # its last word may go on ("lock" -> "locking")
+            return any(said.startswith(start) for said in self._said)
+        return any(said == start or said.startswith(f"{start} ") for said in self._said)
 
     def feed(self, delta: str) -> bool:
         """A piece of the answer; True when its words now run in a loop."""

@@ -42,7 +42,7 @@ from answer_service.pipeline.prepared import Generation, PreparedAnswer
 from answer_service.pipeline.values import error_event
 from generation.errors import GenerationError
 from generation.guard import RepetitionGuard, Verdict
-from retrieval.sentences.splitter import SentenceSpan, SentenceStream
+from retrieval.sentences.splitter import SentenceSpan, SentenceStream, split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -206,8 +206,11 @@ class _AnswerWriter:
         out to repeat one already said (held until it is decided: a repeat is never shown)."""
         end = _safe_end(self._generated)
         open_from = sentences.open_from
-        if guard.may_repeat(self._generated[open_from:]):
-            end = min(end, open_from)
+        # What is not yet decided may hold several units (a list's items before the blank
+        # line that closes it): held from the first one that could be a repeat.
+        for span in split_sentences(self._generated[open_from:]):
+            if guard.may_repeat(self._generated[open_from + span.start : open_from + span.end]):
+                return min(end, open_from + span.start)
         return end
 
     def _finished(

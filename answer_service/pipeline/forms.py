@@ -103,10 +103,15 @@ class FormPolicy:
         return asked or self.config.mode
 
     def choose(
-        self, answer: PreparedAnswer, sentences: Sequence[ScoredSentence], worker: str
+        self,
+        answer: PreparedAnswer,
+        sentences: Sequence[ScoredSentence],
+        evidence: float,
+        worker: str,
     ) -> FormChoice:
         """The form for this request now: the one asked for, or under `auto` the best expected
-        quality whose predicted first token fits the time left."""
+        quality whose predicted first token fits the time left. `evidence`: what `evidence()`
+        said of these sentences."""
         mode = answer.plan.mode
         most = max(answer.plan.knobs.passages, 1)
         if mode in ("quote", "passages") or (

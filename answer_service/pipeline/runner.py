@@ -283,7 +283,7 @@ class AnswerPipeline:
             choice = FormChoice("quote", 0, 0.0, 0.0, "no generation makes the budget: a quote")
         else:
             choice = self._forms.choose(
-                answer, retrieved.sentences, self.planning.gate.least_loaded()
+                answer, retrieved.sentences, evidence, self.planning.gate.least_loaded()
             )
         answer.plan = answer.plan.answering(choice.form, choice.reason)
         if choice.form == "quote":

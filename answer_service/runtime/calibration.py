@@ -7,7 +7,8 @@ of a few lengths, searching at two depths, scoring the sentences of what was fou
 SGLang worker the first token of prompts of a few sizes that share no cached prefix. The stage
 models then take those timings as their priors (`StageModels.settle`) and keep learning online
 as before. Each worker's generation slots follow what it batches: uncached prompts sent 1, 2,
-4, ... at once, for as long as each doubling still raises throughput (budget/concurrency.py). A stage that could not be measured keeps its shipped prior, and the log says which.
+4, ... at once, for as long as each doubling still raises throughput (budget/concurrency.py).
+A stage that could not be measured keeps its shipped prior, and the log says which.
 """
 
 from __future__ import annotations

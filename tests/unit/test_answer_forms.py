@@ -178,6 +178,22 @@ async def test_a_repeated_sentence_is_never_shown_not_even_in_part(
         assert text[citation.start : citation.end] in said
 
 
+async def test_a_repeated_list_item_is_never_shown(index_dir: Path) -> None:
+    """A list's items are decided only when the list ends; one that repeats an item already
+    said is held back until then, and left out."""
+    said = (
+        "Two ways:\n\n- Green tea steeps for two minutes in water.\n"
+        "- Espresso is brewed by forcing hot water.\n\nAgain:\n\n"
+        "- Milk is added afterwards to the cup.\n- Green tea steeps for two minutes in water."
+    )
+    generation = ScriptedGeneration(words(said))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped and how is espresso brewed?")
+    text = text_of(events)
+    assert text.count("Green tea steeps") == 1
+    assert "Milk is added afterwards" in text
+
+
 async def test_an_answer_cut_short_while_repeating_shows_none_of_the_repeat(
     index_dir: Path,
 ) -> None:

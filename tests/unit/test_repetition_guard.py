@@ -68,6 +68,10 @@ def test_a_sentence_being_written_may_repeat_while_it_begins_like_one_said() -> 
     assert not guard.may_repeat("The lock is released")
     assert not guard.may_repeat("Other sessions")
     assert not guard.may_repeat("  ")
+    # A word that has ended must be the said sentence's whole word.
+    assert guard.may_repeat("The lo")
+    assert not guard.may_repeat("The lo. ")
+    assert guard.may_repeat("The lock is ")
 
 
 def test_a_looping_run_without_sentence_ends_is_caught_in_the_stream() -> None:
