@@ -158,7 +158,8 @@ def split_questions(path: Path, seed: int, warmup: int) -> tuple[list[Question],
     return questions[:warmup], questions[warmup:]
 
 
-def _flush(url: str) -> None:
+def flush_cache(url: str) -> None:
+    """Empty SGLang's prefix cache (so no level starts on what an earlier one cached)."""
     request = urllib.request.Request(f"{url}/flush_cache", method="POST")
     with urllib.request.urlopen(request, timeout=30) as response:
         response.read()
@@ -258,7 +259,7 @@ class Bench:
         )
         try:
             url = service.start(needs_reranker=config.rerank_depth > 0)
-            _flush(sglang_url)
+            flush_cache(sglang_url)
             load = LoadConfig(
                 url=url,
                 duration_s=args.duration_s,

@@ -33,7 +33,7 @@ The result (the common keys are written by `eval/lib/results.py`):
                     "server_ttft_ms", "e2e_ms", "itl_ms": [...], "prompt_tokens",
                     "cached_tokens", "completion_tokens", "outcome", "stages_ms": {...},
                     # only where set: from `done`, the `plan` event, and --keep-answers
-                    "passages_in_prompt", "plan_planner", "plan_rerank_depth", "plan_passages",
+                    "passages_in_prompt", "form", "plan_planner", "plan_rerank_depth", "plan_passages",
                     "plan_retrieve_k", "plan_cuts": [...], "answer"}, ...]
     }
 
@@ -50,6 +50,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+from budget.forms import MODES as ANSWER_MODES
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import LevelKind, sweep_metrics
 from eval.lib.load_engine import DedicatedClients, LoadConfig, read_questions, run_levels
@@ -99,6 +100,11 @@ def add_load_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     load.add_argument("--ttft-budget-ms", type=int, help="sent with each request")
     load.add_argument("--top-k", type=int, help="sent with each request")
     load.add_argument(
+        "--answer-mode",
+        choices=ANSWER_MODES,
+        help="sent with each request (default: the service's)",
+    )
+    load.add_argument(
         "--keep-answers", action="store_true", help="keep each answer's text in its record"
     )
     load.set_defaults(run=_load)
@@ -125,6 +131,7 @@ def _identity(args: argparse.Namespace, kind: LevelKind) -> dict[str, Any]:
         "max_in_flight": args.max_in_flight,
         "ttft_budget_ms": args.ttft_budget_ms,
         "top_k": args.top_k,
+        "answer_mode": args.answer_mode,
         "keep_answers": args.keep_answers,
     }
 
@@ -140,6 +147,7 @@ async def _load(args: argparse.Namespace) -> int:
         arrival_seed=args.arrival_seed,
         ttft_budget_ms=args.ttft_budget_ms,
         top_k=args.top_k,
+        answer_mode=args.answer_mode,
         cooldown_s=args.cooldown_s,
         keep_answers=args.keep_answers,
     )

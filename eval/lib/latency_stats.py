@@ -45,7 +45,8 @@ class RequestRecord:
     `start_offset_s - planned_offset_s` is the client's own scheduling lag. `dropped` requests
     were never sent (the client's in-flight cap was reached).
 
-    The optional tail is written only when set: `passages_in_prompt` from the `done` event,
+    The optional tail is written only when set: `passages_in_prompt` and `form` (the answer form
+that answered) from the `done` event,
     `answer` (the answer's text, for requests that finished ok, when the run keeps answers) and
     the `plan_*` choices of the service's `plan` event.
     """
@@ -68,6 +69,7 @@ class RequestRecord:
     outcome: str | None = None
     stages_ms: tuple[tuple[str, float], ...] = ()
     passages_in_prompt: int | None = None
+    form: str | None = None
     answer: str | None = None
     plan_planner: bool | None = None
     plan_rerank_depth: int | None = None
@@ -124,6 +126,7 @@ class RequestRecord:
 # RequestRecord's fields that `to_json` writes only when they are set.
 _OPTIONAL = (
     "passages_in_prompt",
+    "form",
     "answer",
     "plan_planner",
     "plan_rerank_depth",

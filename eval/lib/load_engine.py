@@ -20,7 +20,8 @@ never waits for one on the client side; `SharedClient` (one `httpx.AsyncClient` 
 is kept for the overhead benchmark, which shows why it is not the default. No redirects, no
 proxies from the environment: the requests go to the given URL and nowhere else. Client TTFT
 runs from the moment a request is handed to its client to the first `token` event. A `plan`
-event's choices (rerank depth, passages, retrieval depth, cuts) are kept in the record; the
+event's choices (rerank depth, passages, retrieval depth, cuts) and the `done` event's answer
+form are kept in the record; the
 answer text (the `token` events joined) only with `LoadConfig.keep_answers`, for scoring.
 Other events (`citation`, ...) are ignored. The statistics over the records are in
 `eval/lib/latency_stats.py`.
@@ -73,6 +74,8 @@ class LoadConfig:
     arrival_seed: int = 0
     ttft_budget_ms: int | None = None
     top_k: int | None = None
+    # Sent with each request (quote, focused, passages, auto); None: the service's default.
+    answer_mode: str | None = None
     cooldown_s: float = 0.0
     # Keep each answer's text in its record (to score it); off, the records stay small.
     keep_answers: bool = False
@@ -235,6 +238,8 @@ async def send_request(
         body["ttft_budget_ms"] = config.ttft_budget_ms
     if config.top_k is not None:
         body["top_k"] = config.top_k
+    if config.answer_mode is not None:
+        body["answer_mode"] = config.answer_mode
     sent_s = time.perf_counter()
     token_times: list[float] = []
     http_status: int | None = None
@@ -291,6 +296,7 @@ async def send_request(
         outcome=done.outcome if done else None,
         stages_ms=done.stages_ms() if done else (),
         passages_in_prompt=done.passages_in_prompt if done else None,
+        form=done.form if done else None,
         answer="".join(answer) if answer is not None and status == "ok" else None,
         **(plan.fields() if plan else {}),
     )

@@ -24,6 +24,8 @@ class DoneStats(BaseModel):
     timings_ms: dict[str, float] | None = None
     stages: dict[str, float] | None = None
     passages_in_prompt: int | None = None
+    # The form that answered: quote, focused, passages, abstain, sources_only.
+    form: str | None = None
 
     def stages_ms(self) -> tuple[tuple[str, float], ...]:
         stages = self.timings_ms or self.stages or {}

@@ -1,5 +1,5 @@
-"""The load engine keeps what the planner benchmark scores: the `plan` event's choices, the
-`done` event's passage count and, when asked, the answer's text; against a small real FastAPI
+"""The load engine keeps what the planner benchmarks score: the `plan` event's choices, the
+`done` event's passage count and answer form and, when asked, the answer's text; against a small real FastAPI
 app over HTTP that streams `plan`, `sources`, `token` and `done` events."""
 
 from __future__ import annotations
@@ -42,12 +42,15 @@ def _sse(event: str, data: dict[str, Any]) -> str:
 
 def _service() -> FastAPI:
     """The question's first word says what to send: `plain` has no plan event, `broken` ends
-    with an `error` event, `odd` sends a plan whose fields have the wrong types."""
+    with an `error` event, `odd` sends a plan whose fields have the wrong types. The `done`
+    event's form is the request's `answer_mode` (`passages` without one)."""
     app = FastAPI()
 
     @app.post("/v1/answer")
     async def answer(request: Request) -> Response:
-        kind = (await request.json())["query"].split()[0]
+        body = await request.json()
+        kind = body["query"].split()[0]
+        form = body.get("answer_mode", "passages")
 
         async def events() -> AsyncIterator[str]:
             if kind == "odd":
@@ -59,7 +62,13 @@ def _service() -> FastAPI:
                 yield _sse("token", {"text": text})
             if kind == "broken":
                 yield _sse("error", {"stage": "generate", "code": "generation_failed"})
-            done = {"outcome": "ok", "ttft_ms": 5.0, "passages_in_prompt": 4, "degraded": []}
+            done = {
+                "outcome": "ok",
+                "ttft_ms": 5.0,
+                "passages_in_prompt": 4,
+                "degraded": [],
+                "form": form,
+            }
             yield _sse("done", done)
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -73,8 +82,16 @@ def url() -> Iterator[str]:
         yield base
 
 
-async def _ask(url: str, question: str, *, keep_answers: bool) -> RequestRecord:
-    config = LoadConfig(url=url, duration_s=1.0, request_timeout_s=5.0, keep_answers=keep_answers)
+async def _ask(
+    url: str, question: str, *, keep_answers: bool, answer_mode: str | None = None
+) -> RequestRecord:
+    config = LoadConfig(
+        url=url,
+        duration_s=1.0,
+        request_timeout_s=5.0,
+        keep_answers=keep_answers,
+        answer_mode=answer_mode,
+    )
     clients = DedicatedClients(config)
     try:
         slot = RequestSlot(LoadQuestion("q1", question), 0.0, rate_rps=1.0)
@@ -92,6 +109,7 @@ async def test_keeps_the_answer_and_the_plan(url: str) -> None:
     # A cut that is not a string is kept as its JSON text.
     assert record.plan_cuts == ("rerank", '{"from": 5, "stage": "passages"}')
     assert record.passages_in_prompt == 4
+    assert record.form == "passages"
     written = json.loads(json.dumps(record.to_json()))
     assert RequestRecord.from_json(written).to_json() == written
     assert RequestRecord.from_json(written).plan_cuts == record.plan_cuts
@@ -124,3 +142,10 @@ async def test_a_failed_answer_keeps_no_text(url: str) -> None:
 async def test_a_plan_of_the_wrong_shape_is_a_malformed_event(url: str) -> None:
     record = await _ask(url, "odd question", keep_answers=True)
     assert (record.status, record.error_code, record.answer) == ("error", "malformed_event", None)
+
+
+async def test_sends_the_answer_mode_and_keeps_the_form_that_answered(url: str) -> None:
+    record = await _ask(url, "planned question", keep_answers=False, answer_mode="quote")
+    assert (record.status, record.form) == ("ok", "quote")
+    assert record.to_json()["form"] == "quote"
+    assert RequestRecord.from_json(record.to_json()).form == "quote"
