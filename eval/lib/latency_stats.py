@@ -40,15 +40,15 @@ GOODPUT_ATTAINMENT = 0.9
 class RequestRecord:
     """One request as the client saw it.
 
-        `rate_rps` is set in open loop, `concurrency` in closed loop. Offsets are seconds since the
-        level started; `planned_offset_s` is the Poisson arrival time (open loop only), so
-        `start_offset_s - planned_offset_s` is the client's own scheduling lag. `dropped` requests
-        were never sent (the client's in-flight cap was reached).
+    `rate_rps` is set in open loop, `concurrency` in closed loop. Offsets are seconds since the
+    level started; `planned_offset_s` is the Poisson arrival time (open loop only), so
+    `start_offset_s - planned_offset_s` is the client's own scheduling lag. `dropped` requests
+    were never sent (the client's in-flight cap was reached).
 
-        The optional tail is written only when set: `passages_in_prompt` and `form` (the answer form
-    that answered) from the `done` event,
-        `answer` (the answer's text, for requests that finished ok, when the run keeps answers) and
-        the `plan_*` choices of the service's `plan` event.
+    The optional tail is written only when set: `passages_in_prompt` and `form` (the answer
+    form that answered) from the `done` event, `answer` (the answer's text, for requests that
+    finished ok, when the run keeps answers) and the `plan_*` choices of the service's `plan`
+    event.
     """
 
     question_id: str
