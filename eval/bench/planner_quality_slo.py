@@ -375,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    # Read now: the commit of the code this run loaded, whatever is committed while it runs.
+    measured_at()
     args.service_env = dict(args.service_env)
     configs: list[Configuration] = args.configs
     work = workload(args.questions, args.seed, args.removed_share, args.warmup)
