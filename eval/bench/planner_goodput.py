@@ -39,6 +39,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from contextlib import ExitStack, aclosing
@@ -158,11 +159,21 @@ def split_questions(path: Path, seed: int, warmup: int) -> tuple[list[Question],
     return questions[:warmup], questions[warmup:]
 
 
-def flush_cache(url: str) -> None:
-    """Empty SGLang's prefix cache (so no level starts on what an earlier one cached)."""
+def flush_cache(url: str, tries: int = 60) -> None:
+    """Empty SGLang's prefix cache (so no level starts on what an earlier one cached). SGLang
+    answers 400 while it still holds requests (the tail of a level's last answers): try again
+    once a second, and go on unflushed, saying so, after `tries`."""
     request = urllib.request.Request(f"{url}/flush_cache", method="POST")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        response.read()
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                response.read()
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 400:
+                raise
+        time.sleep(1.0)
+    logger.warning("SGLang cache not flushed: requests still running after %d s", tries)
 
 
 async def _measure(
