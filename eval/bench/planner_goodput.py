@@ -41,11 +41,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, aclosing
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eval.bench.quality_goodput import (
     goodput_with_floor,
@@ -75,6 +75,8 @@ from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransfo
 from retrieval.rerank.base import DEFAULT_RERANKER
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 WARMUP_BUDGET_MS = 30_000
 WARMUP_TIMEOUT_S = 150.0
@@ -361,22 +363,31 @@ def print_table(summary: dict[str, Any], slo_ms: float) -> None:
         )
 
 
-def _rates(text: str) -> list[float]:
-    rates = sorted({float(part) for part in text.split(",") if part.strip()})
-    if not rates or rates[0] <= 0:
-        raise argparse.ArgumentTypeError(f"rates must be positive: {text!r}")
-    return rates
+def positive_numbers(text: str) -> list[float]:
+    """`A,B,C` as sorted distinct positive numbers (an argparse type)."""
+    values = sorted({float(part) for part in text.split(",") if part.strip()})
+    if not values or values[0] <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
+    return values
 
 
-def _configs(text: str) -> list[ServiceConfig]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in CONFIGS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"configurations are among {sorted(CONFIGS)}: {text!r}")
-    return [CONFIGS[name] for name in dict.fromkeys(names)]
+def named(registry: Mapping[str, T]) -> Callable[[str], list[T]]:
+    """An argparse type: `a,b` as the registry's entries of those names, in that order."""
+
+    def parse(text: str) -> list[T]:
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        unknown = [name for name in names if name not in registry]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"configurations are among {sorted(registry)}: {text!r}"
+            )
+        return [registry[name] for name in dict.fromkeys(names)]
+
+    return parse
 
 
-def _assignment(text: str) -> tuple[str, str]:
+def assignment(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` (an argparse type)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE: {text!r}")
@@ -390,11 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rates", type=_rates, default=_rates("0.1,0.2,0.3,0.45"))
+    parser.add_argument(
+        "--rates", type=positive_numbers, default=positive_numbers("0.1,0.2,0.3,0.45")
+    )
     parser.add_argument("--duration-s", type=float, default=90.0, help="seconds per level")
     parser.add_argument("--cooldown-s", type=float, default=10.0, help="pause between levels")
     parser.add_argument("--slo-ms", type=float, default=2000.0, help="TTFT objective")
-    parser.add_argument("--configs", type=_configs, default=_configs(DEFAULT_CONFIGS))
+    parser.add_argument("--configs", type=named(CONFIGS), default=named(CONFIGS)(DEFAULT_CONFIGS))
     parser.add_argument(
         "--reranker", default=DEFAULT_RERANKER, help="for deep_rerank and planner_rerank"
     )
@@ -411,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpu-threads", type=int, help="SGLang's torch threads (default: all)")
     parser.add_argument(
         "--service-env",
-        type=_assignment,
+        type=assignment,
         action="append",
         default=[],
         help="KEY=VALUE for every configuration's service (repeatable)",

@@ -50,7 +50,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eval.bench.planner_goodput import WARMUP_BUDGET_MS, WARMUP_TIMEOUT_S, Bench, flush_cache
+from eval.bench.planner_goodput import (
+    WARMUP_BUDGET_MS,
+    WARMUP_TIMEOUT_S,
+    Bench,
+    assignment,
+    flush_cache,
+    named,
+    positive_numbers,
+)
 from eval.bench.quality_slo import (
     ARRIVALS,
     Arrival,
@@ -319,30 +327,6 @@ def print_run(run: dict[str, Any]) -> None:
         )
 
 
-def _numbers(text: str) -> list[float]:
-    values = sorted({float(part) for part in text.split(",") if part.strip()})
-    if not values or values[0] <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
-    return values
-
-
-def _configs(text: str) -> list[Configuration]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in CONFIGURATIONS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"configurations are among {sorted(CONFIGURATIONS)}: {text!r}"
-        )
-    return [CONFIGURATIONS[name] for name in dict.fromkeys(names)]
-
-
-def _assignment(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE: {text!r}")
-    return key, value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m eval.bench.planner_quality_slo",
@@ -350,10 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rates", type=_numbers, required=True, help="Poisson rates, req/s")
-    parser.add_argument("--slos", type=_numbers, default=_numbers("3000,500"), help="TTFT ms")
+    parser.add_argument(
+        "--rates", type=positive_numbers, required=True, help="Poisson rates, req/s"
+    )
+    parser.add_argument(
+        "--slos", type=positive_numbers, default=positive_numbers("3000,500"), help="TTFT ms"
+    )
     parser.add_argument("--arrivals", type=int, default=ARRIVALS, help="per configuration, rate")
-    parser.add_argument("--configs", type=_configs, default=_configs(DEFAULT_CONFIGS))
+    parser.add_argument(
+        "--configs", type=named(CONFIGURATIONS), default=named(CONFIGURATIONS)(DEFAULT_CONFIGS)
+    )
     parser.add_argument("--questions", type=Path, default=SQUAD_DIR / "questions.jsonl")
     parser.add_argument("--passages", type=Path, default=SQUAD_DIR / "passages.jsonl")
     parser.add_argument("--seed", type=int, default=0, help="question order and removals")
@@ -366,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpu-threads", type=int, help="SGLang's torch threads (default: all)")
     parser.add_argument(
         "--service-env",
-        type=_assignment,
+        type=assignment,
         action="append",
         default=[],
         help="KEY=VALUE for every configuration's service (repeatable)",

@@ -10,7 +10,12 @@ from typing import cast
 
 import pytest
 
-from eval.bench.planner_quality_slo import level_questions, planned_arrivals, workload
+from eval.bench.planner_quality_slo import (
+    build_parser,
+    level_questions,
+    planned_arrivals,
+    workload,
+)
 from eval.bench.quality_slo import (
     Arrival,
     Gold,
@@ -201,3 +206,14 @@ def test_the_workload_removes_a_fifth_of_the_evaluation_gold_passages(tmp_path: 
     assert {q.question_id for q in work.warmup} <= {f"t{n}" for n in range(4)}
     assert len(work.warmup) == 2
     assert workload(questions, seed=0, removed_share=0.2, warmup=2) == work  # seeded
+
+
+def test_the_command_line_names_configurations_and_refuses_unknown_ones() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["--out", "x.json", "--rates", "2,0.5", "--configs", "quote,planner"])
+    assert (args.rates, args.slos) == ([0.5, 2.0], [500.0, 3000.0])
+    assert [c.name for c in args.configs] == ["quote", "planner"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--out", "x.json", "--rates", "1", "--configs", "deep"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--out", "x.json", "--rates", "0,1"])
