@@ -394,6 +394,22 @@ def assignment(text: str) -> tuple[str, str]:
     return key, value
 
 
+def add_stack_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the stack a planner benchmark starts: request bounds, SGLang's cache and
+    threads, and extra settings for every configuration's service."""
+    parser.add_argument("--request-timeout-s", type=float, default=60.0)
+    parser.add_argument("--max-in-flight", type=int, default=256)
+    parser.add_argument("--max-total-tokens", type=int, default=16384, help="SGLang's KV cache")
+    parser.add_argument("--cpu-threads", type=int, help="SGLang's torch threads (default: all)")
+    parser.add_argument(
+        "--service-env",
+        type=assignment,
+        action="append",
+        default=[],
+        help="KEY=VALUE for every configuration's service (repeatable)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m eval.bench.planner_goodput",
@@ -418,17 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3, help="questions asked before a sweep")
     parser.add_argument("--arrival-seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--request-timeout-s", type=float, default=60.0)
-    parser.add_argument("--max-in-flight", type=int, default=256)
-    parser.add_argument("--max-total-tokens", type=int, default=16384, help="SGLang's KV cache")
-    parser.add_argument("--cpu-threads", type=int, help="SGLang's torch threads (default: all)")
-    parser.add_argument(
-        "--service-env",
-        type=assignment,
-        action="append",
-        default=[],
-        help="KEY=VALUE for every configuration's service (repeatable)",
-    )
+    add_stack_options(parser)
     return parser
 
 

@@ -54,7 +54,7 @@ from eval.bench.planner_goodput import (
     WARMUP_BUDGET_MS,
     WARMUP_TIMEOUT_S,
     Bench,
-    assignment,
+    add_stack_options,
     flush_cache,
     named,
     positive_numbers,
@@ -350,17 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--removed-share", type=float, default=0.2, help="gold passages removed")
     parser.add_argument("--warmup", type=int, default=3, help="questions asked before a sweep")
     parser.add_argument("--arrival-seed", type=int, default=0)
-    parser.add_argument("--request-timeout-s", type=float, default=60.0)
-    parser.add_argument("--max-in-flight", type=int, default=256)
-    parser.add_argument("--max-total-tokens", type=int, default=16384, help="SGLang's KV cache")
-    parser.add_argument("--cpu-threads", type=int, help="SGLang's torch threads (default: all)")
-    parser.add_argument(
-        "--service-env",
-        type=assignment,
-        action="append",
-        default=[],
-        help="KEY=VALUE for every configuration's service (repeatable)",
-    )
+    add_stack_options(parser)
     return parser
 
 
