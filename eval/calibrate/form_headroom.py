@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.bench.quality_slo import paired_gain
 from eval.commands.answers import read_questions
 from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.records import with_records
@@ -54,9 +54,7 @@ def headroom(
     share = {name: sum(right[name]) / n for name in names}
     best = max(names, key=lambda name: share[name])
     oracle = [any(right[name][i] for name in names) for i in range(n)]
-    gain = [float(oracle[i]) - float(right[best][i]) for i in range(n)]
-    rng = random.Random(seed)
-    draws = sorted(sum(gain[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    gain = paired_gain(oracle, right[best], resamples, seed)
     alone = {
         name: sum(
             right[name][i] and not any(right[o][i] for o in names if o != name) for i in range(n)
@@ -74,10 +72,10 @@ def headroom(
         "share_right": {name: round(share[name], 4) for name in names},
         "best_single": best,
         "oracle": round(sum(oracle) / n, 4),
-        "headroom": round(sum(gain) / n, 4),
+        "headroom": gain["gain"],
         "headroom_ci95": [
-            round(draws[int(0.025 * resamples)], 4),
-            round(draws[int(0.975 * resamples) - 1], 4),
+            gain["ci95_low"],
+            gain["ci95_high"],
         ],
         "right_only_in": {name: round(v, 4) for name, v in alone.items()},
         "right_where_best_is_not": {name: round(v, 4) for name, v in beats_best.items()},
