@@ -102,6 +102,7 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
         redis=await components.redis_status(),
         workers_down=down if len(components.workers) > 1 else [],
         calibrated_floor_ms=components.calibrated_floor_ms,
+        calibrated_stages=components.calibrated_stages,
         generation_slots=components.generation_slots(),
     )
     return JSONResponse(body.model_dump(), status_code=503 if reasons else 200)

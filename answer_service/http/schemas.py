@@ -333,5 +333,8 @@ class ReadyOut(BaseModel):
     # the stage timings measured here at warm-up (None: not calibrated); a budget under it gets
     # a quote or a 422, never a generated answer.
     calibrated_floor_ms: float | None = None
+    # The stage models timed at warm-up (`first_token@<worker>` per worker); a stage not listed
+    # plans from the shipped priors.
+    calibrated_stages: list[str] = []
     # Prefills each SGLang worker runs at once: measured at warm-up unless configured.
     generation_slots: dict[str, int] = {}

@@ -139,13 +139,15 @@ class AnswerPipeline:
         # can make too slow; None: the shipped priors, nothing to re-measure).
         self.floor_probe: FloorProbe | None = None
         runner = StageRunner(tracer, self.planning)
+        # The prompt layout, also timed by the warm-up's calibration.
+        self.prompts = PromptStage(template, config.prompt)
         self._retrieval = RetrievalSteps(runner, self.planning, config.retrieval, embeddings)
         self._generation = GenerationSteps(
             runner,
             self.planning,
             self._workers,
             self.router,
-            PromptStage(template, config.prompt),
+            self.prompts,
             self.cache,
             config.generation,
         )

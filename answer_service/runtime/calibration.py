@@ -3,7 +3,8 @@
 The priors in `budget/planner.py` were measured on one kind of machine (2 CPU cores); on a GPU
 or a faster CPU they overstate every stage, and requests the hardware could serve are refused.
 At warm-up the service times each stage on the machine and model it serves: embedding queries
-of a few lengths, searching at two depths, scoring the sentences of what was found, and on each
+of a few lengths, searching at two depths, scoring the sentences of what was found, laying out
+prompts of what was found with one to five passages, and on each
 SGLang worker the first token of prompts of a few sizes that share no cached prefix. The stage
 models then take those timings as their priors (`StageModels.settle`) and keep learning online
 as before. Each worker's generation slots follow what it batches: uncached prompts sent 1, 2,
@@ -21,12 +22,16 @@ from dataclasses import dataclass
 
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.probe import first_token_of, time_first_token
+from answer_service.pipeline.values import context_passages
 from budget import Deadline
 from budget.concurrency import SlotChoice, slots_from_timings
 from budget.planner import PlanInput, query_tokens
 from generation.client import GenerationClient
 from generation.errors import GenerationError
+from generation.prefix_order import PrefixTree
+from generation.stages import PromptRequest, PromptStage
 from retrieval.errors import RetrievalError
+from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 from retrieval.stages import SentenceRequest
@@ -42,6 +47,8 @@ class CalibrationConfig:
     # Queries timed through embed, search and sentence scoring (built from the index's titles).
     queries: int = 6
     search_depths: tuple[int, ...] = (5, 20)
+    # Passages per prompt whose layout is timed (on each query's first search results).
+    prompt_passages: tuple[int, ...] = (1, 3, 5)
     # Prompt sizes (words of passage text) whose first token is timed on each worker.
     prompt_words: tuple[int, ...] = (30, 150, 450)
     # The whole calibration's bound; what is not measured by then keeps its prior.
@@ -54,18 +61,29 @@ class CalibrationConfig:
     slot_min_gain: float = 1.25
 
 
+@dataclass(frozen=True, slots=True)
+class Calibrated:
+    # The typical time to a first token of the smallest plan on an idle worker.
+    floor_ms: float
+    # The stage models whose priors are now this machine's timings (`first_token@<worker>`
+    # per worker); the others keep the shipped priors.
+    stages: tuple[str, ...]
+
+
 async def calibrate(
     planning: RequestPlanning,
     retriever: Retriever,
     workers: Sequence[GenerationClient],
     config: CalibrationConfig,
-) -> float:
+    prompts: PromptStage | None = None,
+) -> Calibrated:
     """Time each stage here, make the timings the stage models' priors, and return the
-    calibrated floor: the typical time to a first token of the smallest plan on an idle worker."""
+    calibrated floor and the stages measured. `prompts`: the pipeline's prompt layout (None: the
+    prompt stage keeps its prior)."""
     deadline = Deadline.after_ms(config.timeout_s * 1000.0)
     try:
         await asyncio.wait_for(
-            _measure(planning, retriever, workers, config, deadline), config.timeout_s
+            _measure(planning, retriever, workers, config, deadline, prompts), config.timeout_s
         )
     except (TimeoutError, RetrievalError, GenerationError) as exc:
         logger.warning("stage calibration cut short, the rest keeps its prior error=%s", exc)
@@ -77,7 +95,7 @@ async def calibrate(
         floor_ms,
         ",".join(sorted(_unmeasured(settled, workers))) or "none",
     )
-    return floor_ms
+    return Calibrated(floor_ms, tuple(settled))
 
 
 def calibrated_floor_ms(planning: RequestPlanning, worker: str = "") -> float:
@@ -99,6 +117,7 @@ async def _measure(
     workers: Sequence[GenerationClient],
     config: CalibrationConfig,
     deadline: Deadline,
+    prompts: PromptStage | None,
 ) -> None:
     index = retriever.index
     rows = range(0, len(index), max(1, len(index) // max(config.queries, 1)))
@@ -120,6 +139,8 @@ async def _measure(
                 SentenceRequest(query, embedded.value, found[:5]), deadline
             )
             planning.observe("sentences", float(scored.work or 0), scored.elapsed_ms)
+            if prompts is not None:
+                await _time_prompts(planning, prompts, query, found, config, deadline)
     text = " ".join(p.text for p in passages).split()
     for worker in workers:
         for size in config.prompt_words:
@@ -136,6 +157,24 @@ async def _measure(
                 {n: round(t, 2) for n, t in choice.throughput.items()},
                 choice.reason,
             )
+
+
+async def _time_prompts(
+    planning: RequestPlanning,
+    prompts: PromptStage,
+    query: str,
+    found: Sequence[ScoredPassage],
+    config: CalibrationConfig,
+    deadline: Deadline,
+) -> None:
+    """The prompt layout of `found` with each of `prompt_passages` passages (a tree of its own,
+    so no worker's remembered prefixes change)."""
+    context = context_passages(found)
+    for most in config.prompt_passages:
+        if most > len(context):
+            break
+        laid = await prompts.run(PromptRequest(query, context, most, PrefixTree()), deadline)
+        planning.observe("prompt", float(laid.work or most), laid.elapsed_ms)
 
 
 async def measure_slots(

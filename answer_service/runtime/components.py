@@ -88,6 +88,8 @@ class Components:
     warm_up_error: str | None = None
     # The idle floor from the stage timings measured at warm-up (None: not calibrated).
     calibrated_floor_ms: float | None = None
+    # The stage models measured at warm-up (the rest keep the shipped priors).
+    calibrated_stages: list[str] = field(default_factory=list)
     reranker_status: str = "not loaded"
     # Where the embedder, reranker and index run, and their GPU shares (set in warm-up).
     placement: Placement | None = None
@@ -210,8 +212,11 @@ class Components:
         )
         calibration = calibration_config(settings)
         if calibration.enabled:  # before any request is let in
-            floor_ms = await calibrate(pipeline.planning, self.retriever, self.workers, calibration)
-            self.calibrated_floor_ms = round(floor_ms, 1)
+            calibrated = await calibrate(
+                pipeline.planning, self.retriever, self.workers, calibration, pipeline.prompts
+            )
+            self.calibrated_floor_ms = round(calibrated.floor_ms, 1)
+            self.calibrated_stages = list(calibrated.stages)
             workers = {w.base_url: w for w in self.workers}
             pipeline.floor_probe = FloorProbe(pipeline.planning, workers)
         self.pipeline = pipeline

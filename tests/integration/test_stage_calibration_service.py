@@ -25,6 +25,14 @@ def test_the_floor_is_measured_here_and_plans_follow_it(tiny_service: ServiceFac
         shipped = calibrated_floor_ms(RequestPlanning(PlanningConfig(), [url]))
         # A random-weights model with a few layers: far faster than the priors' SmolLM2 on 2 cores.
         assert 0 < floor < shipped
+        # Every stage a generated answer goes through was timed here, the prompt layout too.
+        assert set(ready["calibrated_stages"]) == {
+            "embed",
+            "search",
+            "sentences",
+            "prompt",
+            f"first_token@{url_of_sglang(ready)}",
+        }
         budget = int((floor + shipped) / 2)
         response = post_answer(
             url, {"query": "Who won Super Bowl 50?", "ttft_budget_ms": budget, "top_k": 3}
@@ -44,6 +52,7 @@ def test_the_floor_is_measured_here_and_plans_follow_it(tiny_service: ServiceFac
         assert wait_ready(url)["generation_slots"] == {url_of_sglang(wait_ready(url)): 3}
     with tiny_service() as url:  # the shipped priors: the same budget is under their floor
         assert wait_ready(url)["calibrated_floor_ms"] is None
+        assert wait_ready(url)["calibrated_stages"] == []
         refused = post_answer(
             url, {"query": "Who won Super Bowl 50?", "ttft_budget_ms": budget, "top_k": 3}
         )
