@@ -9,7 +9,9 @@ SGLang worker the first token of prompts of a few sizes that share no cached pre
 models then take those timings as their priors (`StageModels.settle`) and keep learning online
 as before. Each worker's generation slots follow what it batches: uncached prompts sent 1, 2,
 4, ... at once, for as long as each doubling still raises throughput (budget/concurrency.py).
-A stage that could not be measured keeps its shipped prior, and the log says which.
+The reranker loads after the service is ready; when it attaches, `calibrate_rerank` times it
+at two depths the same way before requests are sent to it. A stage that could not be measured
+keeps its shipped prior, and the log says which.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from generation.prefix_order import PrefixTree
 from generation.stages import PromptRequest, PromptStage
 from retrieval.errors import RetrievalError
 from retrieval.passage import ScoredPassage
+from retrieval.rerank.base import RerankRequest
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 from retrieval.stages import SentenceRequest
@@ -47,6 +50,8 @@ class CalibrationConfig:
     # Queries timed through embed, search and sentence scoring (built from the index's titles).
     queries: int = 6
     search_depths: tuple[int, ...] = (5, 20)
+    # Candidates per rerank timed when a reranker attaches (on the deepest search's results).
+    rerank_depths: tuple[int, ...] = (5, 20)
     # Passages per prompt whose layout is timed (on each query's first search results).
     prompt_passages: tuple[int, ...] = (1, 3, 5)
     # Prompt sizes (words of passage text) whose first token is timed on each worker.
@@ -98,6 +103,46 @@ async def calibrate(
     return Calibrated(floor_ms, tuple(settled))
 
 
+async def calibrate_rerank(
+    planning: RequestPlanning, retriever: Retriever, config: CalibrationConfig
+) -> bool:
+    """Time `retriever`'s reranker here at each of `rerank_depths` on a few queries and make
+    that the rerank model's prior; False (the shipped prior stands) when it could not be."""
+    stage = retriever.rerank
+    if stage is None:
+        return False
+    deadline = Deadline.after_ms(config.timeout_s * 1000.0)
+    try:
+        async with asyncio.timeout(config.timeout_s):
+            search = retriever.search_stage(retriever.serving_mode(config.mode))
+            for query in _queries(retriever, min(config.queries, 3)):
+                vector = (await retriever.embed.run(query, deadline)).value
+                depth = max(config.rerank_depths)
+                found = (await search.run(SearchRequest(query, vector, depth), deadline)).value
+                for n in config.rerank_depths:
+                    request = RerankRequest(query, found[:n], min(n, 5), vector)
+                    ranked = await stage.run(request, deadline)
+                    if ranked.cut is None:
+                        planning.observe("rerank", float(ranked.work or n), ranked.elapsed_ms)
+    except (TimeoutError, RetrievalError) as exc:
+        logger.warning("rerank calibration cut short, it keeps its prior error=%s", exc)
+    settled = planning.models.model("rerank").settle()
+    logger.info("rerank calibrated here=%s model=%s", settled, stage.reranker.name)
+    return settled
+
+
+def _queries(retriever: Retriever, count: int) -> list[str]:
+    """Questions of growing length from the corpus's own words, spread over the index."""
+    index = retriever.index
+    rows = range(0, len(index), max(1, len(index) // max(count, 1)))
+    out = []
+    for number, row in enumerate(list(rows)[:count]):
+        passage = index.passage(row)
+        words = f"{passage.title} {passage.text}".split()[: 4 + 4 * number]
+        out.append("What does " + " ".join(words) + " mean?")
+    return out
+
+
 def calibrated_floor_ms(planning: RequestPlanning, worker: str = "") -> float:
     """The idle floor of a typical request (a ten-word question, five sources, one passage to
     the model): what `ttft_budget_ms` must at least allow for a generated answer."""
@@ -123,10 +168,7 @@ async def _measure(
     rows = range(0, len(index), max(1, len(index) // max(config.queries, 1)))
     passages = [index.passage(row) for row in rows][: config.queries]
     search = retriever.search_stage(retriever.serving_mode(config.mode))
-    for number, passage in enumerate(passages):
-        # Questions of growing length, from the corpus's own words.
-        words = f"{passage.title} {passage.text}".split()[: 4 + 4 * number]
-        query = "What does " + " ".join(words) + " mean?"
+    for query in _queries(retriever, config.queries):
         embedded = await retriever.embed.run(query, deadline)
         planning.observe("embed", float(query_tokens(query)), embedded.elapsed_ms)
         found = None

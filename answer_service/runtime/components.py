@@ -19,7 +19,7 @@ from answer_service.pipeline.probe import FloorProbe
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
-from answer_service.runtime.calibration import calibrate
+from answer_service.runtime.calibration import calibrate, calibrate_rerank
 from answer_service.runtime.configs import (
     calibration_config,
     embedder_config,
@@ -323,7 +323,16 @@ class Components:
         if reranker is None:
             self.reranker_status = f"unavailable: {settings.reranker_model} could not be loaded"
         elif self.retriever is not None:
-            self._serve(self.retriever.with_reranker(reranker))
+            reranking = self.retriever.with_reranker(reranker)
+            calibration = calibration_config(settings)
+            # Timed here before any request is sent to it, as the other stages were.
+            if (
+                calibration.enabled
+                and self.pipeline is not None
+                and await calibrate_rerank(self.pipeline.planning, reranking, calibration)
+            ):
+                self.calibrated_stages = sorted({*self.calibrated_stages, "rerank"})
+            self._serve(reranking)
             self.reranker_status = reranker.name
 
     async def _served_model(self) -> str:

@@ -138,3 +138,20 @@ def test_service_without_a_loadable_reranker_answers_anyway(
         body = post_answer(url, {"query": "Who won Super Bowl 50?", "stream": False}).json()
         assert body["done"]["timings_ms"]["rerank"] == 0
         assert httpx.get(f"{url}/readyz").status_code == 200
+
+
+@pytest.mark.sglang
+def test_a_reranker_that_attaches_is_timed_here_before_it_is_used(
+    tiny_service: ServiceFactory, fresh_cross_encoder: Path
+) -> None:
+    """The reranker loads after the service is ready; with calibration on, it is timed on this
+    machine before requests are sent to it, so rerank depths are priced from what it costs here
+    rather than from the 2-core constant."""
+    with tiny_service(planner_calibrate=True, reranker_model=str(fresh_cross_encoder)) as url:
+        assert _wait_for_reranker(url) == str(fresh_cross_encoder)
+        stages = httpx.get(f"{url}/readyz").json()["calibrated_stages"]
+        assert "rerank" in stages
+        assert {"embed", "search", "sentences", "prompt"} <= set(stages)
+    with tiny_service(reranker_model=str(fresh_cross_encoder)) as url:  # calibration off
+        assert _wait_for_reranker(url) == str(fresh_cross_encoder)
+        assert httpx.get(f"{url}/readyz").json()["calibrated_stages"] == []
