@@ -170,17 +170,25 @@ def _bounded(picked: list[QuotedSentence], max_words: int, question: str) -> lis
 
 
 def _cut(text: str, max_words: int, question: str) -> str:
-    """The `max_words`-word window of `text` that holds most of the question's terms, on clause
-    boundaries where it can, marked with ellipses where it was cut."""
+    """The window of `text` that holds most of the question's terms, those terms as near its
+    middle as they can be (what answers is usually next to what was asked), marked with
+    ellipses where it was cut; with the ellipses at most `max_words` words."""
     words = text.split()
     asked = content_terms(question)
-    best_start, best_hits = 0, -1
-    for start in range(0, max(len(words) - max_words, 0) + 1):
-        hits = len(asked & content_terms(" ".join(words[start : start + max_words])))
-        if hits > best_hits:
-            best_start, best_hits = start, hits
-    window = words[best_start : best_start + max_words - 1]
-    clipped = " ".join(window)
+    hits = [i for i, word in enumerate(words) if content_terms(word) & asked]
+    # The ellipses count as words of the quote: one at the end, one at the start when the
+    # window does not begin the sentence.
+    size = max_words - 2
+    best_start, best = 0, (-1, 0.0)
+    for start in range(0, max(len(words) - size, 0) + 1):
+        inside = [i for i in hits if start <= i < start + size]
+        middle = (inside[0] + inside[-1]) / 2 if inside else start
+        rank = (len(inside), -abs(middle - (start + size / 2)))
+        if rank > best:
+            best_start, best = start, rank
+    if best_start == 0:  # from the sentence's start: only the closing ellipsis
+        size += 1
+    clipped = " ".join(words[best_start : best_start + size])
     return ("… " if best_start > 0 else "") + clipped + " …"
 
 

@@ -1,0 +1,80 @@
+"""Picking the quote (retrieval/sentences/quote.py): the best sentence first, the one it leans
+on before it, others while nearly as likely and short, never longer than `max_words` words,
+nothing below `min_probability`."""
+
+from __future__ import annotations
+
+from retrieval.passage import Passage
+from retrieval.sentences.quote import QuoteConfig, select_quote
+from retrieval.sentences.scorer import Candidate, ScoredSentence
+from retrieval.sentences.store import SentenceRef
+
+
+def sentences(texts: list[str], probabilities: list[float]) -> list[ScoredSentence]:
+    """One passage of `texts` (in order), ranked by `probabilities` as the scorer would."""
+    text = " ".join(texts)
+    passage = Passage("doc#0", "doc", 0, "Doc", text, 0, len(text))
+    out, start = [], 0
+    for position, (sentence, probability) in enumerate(zip(texts, probabilities, strict=True)):
+        ref = SentenceRef(position, 0, start, start + len(sentence), position, True, "prose")
+        out.append(ScoredSentence(Candidate(ref, passage, 0), probability))
+        start += len(sentence) + 1
+    return sorted(out, key=lambda s: -s.probability)
+
+
+CONFIG = QuoteConfig(min_probability=0.1, ratio=0.6, target_words=45, max_words=80)
+
+
+def test_the_best_sentence_goes_first_and_nothing_below_the_floor() -> None:
+    found = sentences(
+        ["Denver won the game in 2016.", "The weather was mild that week."], [0.9, 0.2]
+    )
+    quote = select_quote(found, CONFIG)
+    assert [q.text for q in quote] == ["Denver won the game in 2016."]
+    assert select_quote(sentences(["Nothing here answers."], [0.05]), CONFIG) == []
+
+
+def test_a_sentence_that_leans_back_brings_the_one_before() -> None:
+    found = sentences(
+        ["PostgreSQL can build an index without locking writes.", "It is slower to build."],
+        [0.3, 0.8],
+    )
+    quote = select_quote(found, CONFIG)
+    assert [q.text for q in quote] == [
+        "PostgreSQL can build an index without locking writes.",
+        "It is slower to build.",
+    ]
+
+
+def test_a_nearly_as_likely_sentence_joins_while_the_quote_stays_short() -> None:
+    found = sentences(
+        ["The treaty was signed in 1848.", "Mexico ceded the land.", "Word " * 40 + "end."],
+        [0.8, 0.7, 0.75],
+    )
+    quote = select_quote(found, CONFIG)
+    # The long one is nearly as likely but would take the quote past its target length.
+    assert [q.text for q in quote] == ["The treaty was signed in 1848.", "Mexico ceded the land."]
+
+
+def test_a_long_sentence_is_cut_around_the_question_and_never_past_max_words() -> None:
+    words = [f"w{i}" for i in range(200)]
+    words[120:123] = ["the", "treaty", "signed"]
+    found = sentences([" ".join(words) + "."], [0.9])
+    for max_words in (80, 30, 12):
+        config = QuoteConfig(min_probability=0.1, max_words=max_words)
+        (quote,) = select_quote(found, config, "When was the treaty signed?")
+        # Cut at both ends: the ellipses count as words too.
+        assert quote.text.startswith("… ")
+        assert quote.text.endswith(" …")
+        assert len(quote.text.split()) == max_words
+        assert "treaty signed" in quote.text
+
+
+def test_a_long_sentence_answered_at_its_start_keeps_its_start() -> None:
+    words = [f"w{i}" for i in range(200)]
+    words[2:5] = ["the", "treaty", "signed"]
+    found = sentences([" ".join(words) + "."], [0.9])
+    (quote,) = select_quote(found, QuoteConfig(min_probability=0.1, max_words=40), "treaty signed")
+    assert quote.text.startswith("w0 w1 the treaty signed")
+    assert quote.text.endswith(" …")
+    assert len(quote.text.split()) == 40
