@@ -33,7 +33,7 @@ from generation.errors import GenerationError
 from generation.prefix_order import PrefixTree
 from generation.stages import PromptRequest, PromptStage
 from retrieval.errors import RetrievalError
-from retrieval.passage import ScoredPassage
+from retrieval.passage import Passage, ScoredPassage
 from retrieval.rerank.base import RerankRequest
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
@@ -115,7 +115,7 @@ async def calibrate_rerank(
     try:
         async with asyncio.timeout(config.timeout_s):
             search = retriever.search_stage(retriever.serving_mode(config.mode))
-            for query in _queries(retriever, min(config.queries, 3)):
+            for query in _queries(_sampled(retriever, min(config.queries, 3))):
                 vector = (await retriever.embed.run(query, deadline)).value
                 depth = max(config.rerank_depths)
                 found = (await search.run(SearchRequest(query, vector, depth), deadline)).value
@@ -131,13 +131,17 @@ async def calibrate_rerank(
     return settled
 
 
-def _queries(retriever: Retriever, count: int) -> list[str]:
-    """Questions of growing length from the corpus's own words, spread over the index."""
+def _sampled(retriever: Retriever, count: int) -> list[Passage]:
+    """`count` passages spread over the index."""
     index = retriever.index
     rows = range(0, len(index), max(1, len(index) // max(count, 1)))
+    return [index.passage(row) for row in rows][:count]
+
+
+def _queries(passages: Sequence[Passage]) -> list[str]:
+    """Questions of growing length from the passages' own words."""
     out = []
-    for number, row in enumerate(list(rows)[:count]):
-        passage = index.passage(row)
+    for number, passage in enumerate(passages):
         words = f"{passage.title} {passage.text}".split()[: 4 + 4 * number]
         out.append("What does " + " ".join(words) + " mean?")
     return out
@@ -164,11 +168,9 @@ async def _measure(
     deadline: Deadline,
     prompts: PromptStage | None,
 ) -> None:
-    index = retriever.index
-    rows = range(0, len(index), max(1, len(index) // max(config.queries, 1)))
-    passages = [index.passage(row) for row in rows][: config.queries]
+    passages = _sampled(retriever, config.queries)
     search = retriever.search_stage(retriever.serving_mode(config.mode))
-    for query in _queries(retriever, config.queries):
+    for query in _queries(passages):
         embedded = await retriever.embed.run(query, deadline)
         planning.observe("embed", float(query_tokens(query)), embedded.elapsed_ms)
         found = None
