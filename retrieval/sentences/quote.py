@@ -175,15 +175,17 @@ def _cut(text: str, max_words: int, question: str) -> str:
     ellipses where it was cut; with the ellipses at most `max_words` words."""
     words = text.split()
     asked = content_terms(question)
-    hits = [i for i, word in enumerate(words) if content_terms(word) & asked]
+    hits = [(i, found) for i, word in enumerate(words) if (found := content_terms(word) & asked)]
     # The ellipses count as words of the quote: one at the end, one at the start when the
     # window does not begin the sentence.
     size = max_words - 2
     best_start, best = 0, (-1, 0.0)
     for start in range(0, max(len(words) - size, 0) + 1):
-        inside = [i for i in hits if start <= i < start + size]
-        middle = (inside[0] + inside[-1]) / 2 if inside else start
-        rank = (len(inside), -abs(middle - (start + size / 2)))
+        inside = [(i, found) for i, found in hits if start <= i < start + size]
+        terms = len(frozenset().union(*(found for _, found in inside)))
+        middle = (inside[0][0] + inside[-1][0]) / 2 if inside else start
+        # The most distinct terms asked for (a term said three times is still one), centred.
+        rank = (terms, -abs(middle - (start + size / 2)))
         if rank > best:
             best_start, best = start, rank
     if best_start == 0:  # from the sentence's start: only the closing ellipsis

@@ -78,3 +78,13 @@ def test_a_long_sentence_answered_at_its_start_keeps_its_start() -> None:
     assert quote.text.startswith("w0 w1 the treaty signed")
     assert quote.text.endswith(" …")
     assert len(quote.text.split()) == 40
+
+
+def test_the_cut_counts_the_question_terms_a_window_holds_not_their_repeats() -> None:
+    words = [f"w{i}" for i in range(200)]
+    words[20:23] = ["treaty", "treaty", "treaty"]
+    words[150:153] = ["the", "treaty", "signed"]
+    found = sentences([" ".join(words) + "."], [0.9])
+    config = QuoteConfig(min_probability=0.1, max_words=30)
+    (quote,) = select_quote(found, config, "When was the treaty signed?")
+    assert "treaty signed" in quote.text
