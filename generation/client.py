@@ -23,6 +23,8 @@ class SamplingParams:
     # SGLang's sampling penalties on tokens already generated (0 and 1: none).
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    # Added to these tokens' logits at every step (token id, bias): the copy bias.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -38,6 +40,8 @@ class SamplingParams:
             params["frequency_penalty"] = self.frequency_penalty
         if self.repetition_penalty != 1.0:
             params["repetition_penalty"] = self.repetition_penalty
+        if self.logit_bias:
+            params["logit_bias"] = {str(token): bias for token, bias in self.logit_bias}
         return params
 
 

@@ -59,6 +59,8 @@ class Prompt:
     expected_cached_tokens: int = 0
     # Passages a remembered prefix brought along that retrieval did not offer (`adopt`).
     adopted: tuple[str, ...] = ()
+    # The token ids of the passages' text (`ChatTemplate.vocabulary`), when asked for.
+    vocabulary: frozenset[int] = frozenset()
 
 
 class ChatTemplate(Protocol):
@@ -76,6 +78,11 @@ class ChatTemplate(Protocol):
     def render(self, messages: Sequence[ChatMessage]) -> str: ...
 
     def count_tokens(self, text: str) -> int: ...
+
+    def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
+        """The token ids `texts` are made of, with the end-of-turn tokens: what a copy bias
+        raises (an answer in the passages' words, which may end where it would have)."""
+        ...
 
 
 class HFChatTemplate:
@@ -153,6 +160,19 @@ class HFChatTemplate:
         tokenizer = self._loaded()
         with self._lock:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
+        tokenizer = self._loaded()
+        # A word inside the text and the same word opening a sentence are different tokens.
+        words = sorted({word for text in texts for word in text.split()})
+        ids: set[int] = set()
+        if words:
+            with self._lock:
+                encoded = tokenizer([*texts, *words], add_special_tokens=False)["input_ids"]
+            ids = {token for row in encoded for token in row}
+        if tokenizer.eos_token_id is not None:
+            ids.add(tokenizer.eos_token_id)
+        return frozenset(ids - {tokenizer.unk_token_id})
 
 
 def _special_tokens(tokenizer: Any) -> re.Pattern[str] | None:

@@ -5,6 +5,7 @@ fits), and send it (SGLang's stream, open up to its response headers)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ class PromptConfig:
     adopt: int = 0
     # A worked exchange before the question (prompt_layout.example_turns).
     example: bool = True
+    # Find the tokens the prompt's passages are made of (`Prompt.vocabulary`), for a copy bias.
+    vocabulary: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,10 @@ class PromptStage:
         loop = asyncio.get_running_loop()
         started_s = loop.time()
         prompt, predicted_ms = await asyncio.to_thread(self._fit, request)
+        if self._config.vocabulary:
+            texts = [p.text for p in prompt.passages]
+            vocabulary = await asyncio.to_thread(self._template.vocabulary, texts)
+            prompt = dataclasses.replace(prompt, vocabulary=vocabulary)
         elapsed_ms = (loop.time() - started_s) * 1000.0
         request.tree.insert([p.source_id for p in prompt.passages])
         n = len(prompt.passages)

@@ -62,6 +62,7 @@ def make_pipeline(
     planning: PlanningConfig | None = None,
     abstain_below: float | None = 0.0,
     answer_mode: AnswerMode = "passages",
+    generation: GenerationConfig | None = None,
     **config: Any,
 ) -> tuple[AnswerPipeline, InMemorySpanExporter]:
     """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
@@ -78,7 +79,7 @@ def make_pipeline(
         list(workers or [ScriptedGeneration(words("Green tea steeps for two minutes."))]),
         provider.get_tracer("test"),
         PipelineConfig(
-            generation=GenerationConfig(served_model="test/scripted"),
+            generation=generation or GenerationConfig(served_model="test/scripted"),
             retrieval=RetrievalConfig(floor_ms=250, mode=mode, depth=None, slack=0),
             planning=planning or PlanningConfig(enabled=False),
             abstain_below=abstain_below,

@@ -49,6 +49,8 @@ class GenerationConfig:
     stop: tuple[str, ...] = ("Question:", "<passage")
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    # Raised logits for the prompt's passage tokens (`Prompt.vocabulary`); 0: none.
+    copy_bias: float = 0.0
 
 
 class GenerationSteps:
@@ -120,6 +122,7 @@ class GenerationSteps:
                     stop=config.stop,
                     frequency_penalty=config.frequency_penalty,
                     repetition_penalty=config.repetition_penalty,
+                    logit_bias=_copy_bias(prompt, config.copy_bias),
                 ),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )
@@ -199,3 +202,10 @@ def _service_error(exc: GenerationError) -> Exception:
     if isinstance(exc, GenerationTimeoutError):  # not even the response's headers in time
         return StageTimeoutError(str(exc))
     return UpstreamError(str(exc))
+
+
+def _copy_bias(prompt: Prompt, bias: float) -> tuple[tuple[int, float], ...]:
+    """The prompt's passage tokens with `bias` each (none when it is 0)."""
+    if not bias:
+        return ()
+    return tuple((token, bias) for token in sorted(prompt.vocabulary))

@@ -35,6 +35,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
             frequency_penalty=settings.frequency_penalty,
             repetition_penalty=settings.repetition_penalty,
+            copy_bias=settings.copy_bias,
         ),
         retrieval=RetrievalConfig(
             floor_ms=settings.retrieval_floor_ms,
@@ -48,6 +49,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             slack=settings.prompt_cache_slack,
             adopt=settings.prompt_cache_adopt,
             example=settings.prompt_example,
+            vocabulary=settings.copy_bias > 0,
         ),
         citations=CitationConfig(
             threshold=settings.citation_threshold,

@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     # guard stops a degenerate answer either way (docs/answers.md measures both).
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
+    # Added to the logits of the tokens the prompt's passages are made of (and the end of the
+    # answer): a small model keeps to the passages' words (docs/answers.md measures it).
+    copy_bias: float = Field(default=0.0, ge=0.0, le=10.0)
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)

@@ -86,6 +86,7 @@ class ScriptedGeneration:
     model: str = "test/scripted"
     delay_s: float = 0.0
     prompts: list[str] = field(default_factory=list)
+    params: list[SamplingParams] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     # Each prompt's prefill before its first piece: `prefill_s` seconds, all at once where the
     # backend `batches` (a GPU), one after another where it does not (a CPU).
@@ -111,6 +112,7 @@ class ScriptedGeneration:
         rid: str | None = None,
     ) -> ScriptedStream:
         self.prompts.append(prompt)
+        self.params.append(params)
         return ScriptedStream(
             rid or uuid.uuid4().hex,
             list(self.script(prompt)),

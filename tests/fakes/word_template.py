@@ -19,3 +19,7 @@ class WordTemplate:
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
+
+    def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
+        # A word's token id: its place among the distinct words of the texts.
+        return frozenset(range(len({word for text in texts for word in text.split()})))

@@ -154,6 +154,30 @@ async def test_the_client_reassembles_the_real_stream(server: SGLangServer) -> N
     assert 0 < result.ttft_ms <= result.elapsed_ms
 
 
+async def test_the_server_applies_the_logit_bias_it_is_sent(server: SGLangServer) -> None:
+    """The copy bias's wire form (`SamplingParams.logit_bias`, token ids as strings) is what
+    SGLang reads: with the random-weights model's logits small beside the bias, every token
+    generated is one of the biased ones."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(ensure_smollm2_model(SGLangServerConfig().cache_dir))
+    )
+    words = [" fox", " dog"]
+    ids = [tokenizer(word, add_special_tokens=False)["input_ids"][0] for word in words]
+    async with httpx.AsyncClient() as http:
+        client = SGLangClient(http, server.url)
+        stream = await client.open_stream(
+            PROMPT,
+            SamplingParams(max_new_tokens=8, logit_bias=tuple((i, 100.0) for i in ids)),
+            StreamTimeouts(first_token=Deadline.after_ms(60_000)),
+        )
+        text = "".join([delta.text async for delta in stream])
+        await client.drain()
+    assert text.split()
+    assert set(text.split()) <= {"fox", "dog"}
+
+
 def test_repeated_prompt_hits_prefix_cache(server: SGLangServer) -> None:
     body = {"text": PROMPT, "sampling_params": {"max_new_tokens": 2, "temperature": 0.0}}
     with httpx.Client(base_url=server.url, timeout=60.0) as client:

@@ -21,6 +21,7 @@ from answer_service.pipeline.events import (
     SourcesEvent,
     TokenEvent,
 )
+from answer_service.pipeline.generation import GenerationConfig
 from answer_service.pipeline.runner import AnswerPipeline
 from answer_service.runtime.settings import Settings
 from budget import Deadline
@@ -75,6 +76,34 @@ async def test_events_come_in_order_and_sources_are_what_the_model_saw(index_dir
     assert spans["prompt"].attributes["answer.prompt.passages"] == 2  # type: ignore[index]
     assert spans["answer"].attributes["answer.outcome"] == "ok"  # type: ignore[index]
     assert spans["generate"].attributes["gen_ai.usage.output_tokens"] == 6  # type: ignore[index]
+
+
+async def test_a_copy_bias_raises_the_tokens_of_the_passages_the_model_is_given(
+    index_dir: Path,
+) -> None:
+    """ANSWER_COPY_BIAS: every token of the prompt's passages (the fake template's ids stand
+    for their distinct words) goes to SGLang with the bias; without it, no logit_bias at all."""
+    biased = ScriptedGeneration(words("Tea."))
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[biased],
+        generation=GenerationConfig(served_model="test/scripted", copy_bias=3.0),
+        prompt=PromptConfig(vocabulary=True),
+    )
+    events = await answer(pipeline, "How long is green tea steeped?", top_k=2)
+    sources = next(e for e in events if isinstance(e, SourcesEvent)).sources
+    texts = [DOCUMENTS[s.doc_id][1] for s in sources]
+    distinct = {word for text in texts for word in text.split()}
+    (params,) = biased.params
+    assert len(params.logit_bias) == len(distinct)
+    assert {bias for _, bias in params.logit_bias} == {3.0}
+    assert "logit_bias" in params.to_json()
+
+    plain = ScriptedGeneration(words("Tea."))
+    pipeline, _ = make_pipeline(index_dir, workers=[plain])
+    await answer(pipeline, "How long is green tea steeped?", top_k=2)
+    assert plain.params[0].logit_bias == ()
+    assert "logit_bias" not in plain.params[0].to_json()
 
 
 async def test_weak_evidence_is_answered_without_the_model(index_dir: Path) -> None:
