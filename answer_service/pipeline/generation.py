@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from answer_service.errors import (
     InvalidRequestError,
@@ -49,8 +49,8 @@ class GenerationConfig:
     stop: tuple[str, ...] = ("Question:", "<passage")
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    # Raised logits for the prompt's passage tokens (`Prompt.vocabulary`); 0: none.
-    copy_bias: float = 0.0
+    # Per form: raised logits for the prompt's passage tokens (`Prompt.vocabulary`).
+    copy_bias: Mapping[str, float] = field(default_factory=dict)
 
 
 class GenerationSteps:
@@ -122,7 +122,7 @@ class GenerationSteps:
                     stop=config.stop,
                     frequency_penalty=config.frequency_penalty,
                     repetition_penalty=config.repetition_penalty,
-                    logit_bias=_copy_bias(prompt, config.copy_bias),
+                    logit_bias=_copy_bias(prompt, config.copy_bias.get(answer.plan.form, 0.0)),
                 ),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )

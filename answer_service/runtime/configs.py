@@ -49,7 +49,7 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             slack=settings.prompt_cache_slack,
             adopt=settings.prompt_cache_adopt,
             example=settings.prompt_example,
-            vocabulary=settings.copy_bias > 0,
+            vocabulary=any(settings.copy_bias.values()),
         ),
         citations=CitationConfig(
             threshold=settings.citation_threshold,

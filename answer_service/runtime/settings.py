@@ -100,9 +100,10 @@ class Settings(BaseSettings):
     # guard stops a degenerate answer either way (docs/answers.md measures both).
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
-    # Added to the logits of the tokens the prompt's passages are made of (and the end of the
-    # answer): a small model keeps to the passages' words (docs/answers.md measures it).
-    copy_bias: float = Field(default=0.0, ge=0.0, le=10.0)
+    # Per generated form (`focused`, `passages`): added to the logits of the tokens the
+    # prompt's passages are made of (and the end of the answer), so a small model keeps to the
+    # passages' words (docs/answers.md measures it per form); a form not named gets none.
+    copy_bias: dict[str, float] = Field(default_factory=dict)
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)
@@ -259,6 +260,16 @@ class Settings(BaseSettings):
     def _readable_curves(cls, value: Path | None) -> Path | None:
         if value is not None:
             read_quality_curves(value)  # a bad file fails at start-up, with its reason
+        return value
+
+    @field_validator("copy_bias")
+    @classmethod
+    def _copy_bias_per_generated_form(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - {"focused", "passages"})
+        if unknown:
+            raise ValueError(f"copy_bias is per generated form (focused, passages), not {unknown}")
+        if any(not 0.0 <= bias <= 10.0 for bias in value.values()):
+            raise ValueError("copy_bias values must be between 0 and 10")
         return value
 
     @field_validator("tier_weights")

@@ -87,7 +87,7 @@ async def test_a_copy_bias_raises_the_tokens_of_the_passages_the_model_is_given(
     pipeline, _ = make_pipeline(
         index_dir,
         workers=[biased],
-        generation=GenerationConfig(served_model="test/scripted", copy_bias=3.0),
+        generation=GenerationConfig(served_model="test/scripted", copy_bias={"passages": 3.0}),
         prompt=PromptConfig(vocabulary=True),
     )
     events = await answer(pipeline, "How long is green tea steeped?", top_k=2)
@@ -99,9 +99,17 @@ async def test_a_copy_bias_raises_the_tokens_of_the_passages_the_model_is_given(
     assert {bias for _, bias in params.logit_bias} == {3.0}
     assert "logit_bias" in params.to_json()
 
+    # A form the bias does not name gets none (here the focused excerpts).
     plain = ScriptedGeneration(words("Tea."))
-    pipeline, _ = make_pipeline(index_dir, workers=[plain])
-    await answer(pipeline, "How long is green tea steeped?", top_k=2)
+    pipeline, _ = make_pipeline(
+        index_dir,
+        workers=[plain],
+        answer_mode="focused",
+        generation=GenerationConfig(served_model="test/scripted", copy_bias={"passages": 3.0}),
+        prompt=PromptConfig(vocabulary=True),
+    )
+    events = await answer(pipeline, "How long is green tea steeped?", top_k=2)
+    assert events[-1].stats.form == "focused"  # type: ignore[attr-defined]
     assert plain.params[0].logit_bias == ()
     assert "logit_bias" not in plain.params[0].to_json()
 

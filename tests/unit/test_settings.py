@@ -36,6 +36,15 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
+def test_the_copy_bias_is_read_per_generated_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANSWER_COPY_BIAS", '{"passages": 4}')
+    assert Settings().copy_bias == {"passages": 4.0}
+    with pytest.raises(ValidationError, match=r"per generated form .* not \['quote'\]"):
+        Settings(copy_bias={"quote": 1.0})
+    with pytest.raises(ValidationError, match="between 0 and 10"):
+        Settings(copy_bias={"focused": -1.0})
+
+
 def test_planner_settings_are_validated(tmp_path: Path) -> None:
     assert Settings(planner_rerank_depths="0,20,10").planner_rerank_depths == [0, 10, 20]
     with pytest.raises(ValidationError, match="must include 0"):
