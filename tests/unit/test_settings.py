@@ -37,8 +37,11 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_copy_bias_is_read_per_generated_form(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANSWER_COPY_BIAS", '{"passages": 4}')
-    assert Settings().copy_bias == {"passages": 4.0}
+    assert Settings().copy_bias == {"passages": 4.0}  # whole passages only, by measurement
+    monkeypatch.setenv("ANSWER_COPY_BIAS", '{"focused": 2}')
+    assert Settings().copy_bias == {"focused": 2.0}
+    monkeypatch.setenv("ANSWER_COPY_BIAS", "{}")
+    assert Settings().copy_bias == {}
     with pytest.raises(ValidationError, match=r"per generated form .* not \['quote'\]"):
         Settings(copy_bias={"quote": 1.0})
     with pytest.raises(ValidationError, match="between 0 and 10"):
