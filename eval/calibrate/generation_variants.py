@@ -10,14 +10,16 @@ committed split (eval/splits/squad.json, the sampler of eval.calibrate.form_curv
 in-process one at a time with a roomy budget, the planner off (each variant is exactly its
 form and size), no abstention and no answer cache. A variant's KEY=VALUE pairs are settings
 (`answer_service/runtime/settings.py`), e.g. `prompt_example=false`, `frequency_penalty=0.3`,
-`unsupported=drop`. Per variant: `answer-eval`'s answer metrics; per question: the answer and
-how generation ended, so variants can be compared question by question.
+`unsupported=drop`, `copy_bias={"focused": 4}`. Per variant: `answer-eval`'s answer metrics;
+per question: the answer and how generation ended, so variants can be compared question by
+question.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,9 +45,12 @@ KEPT = (
 )
 
 
-def parse_variant(spec: str) -> tuple[str, str, int, dict[str, str]]:
-    name, form, size, *rest = spec.split(":")
-    settings = dict(pair.split("=", 1) for pair in rest[0].split(",")) if rest else {}
+def parse_variant(spec: str) -> tuple[str, str, int, dict[str, Any]]:
+    """NAME:FORM:SIZE[:KEY=VALUE,...]; a VALUE that opens with `{` is JSON (a per-form
+    setting: `copy_bias={"passages": 4}`, one key, as a comma ends the pair)."""
+    name, form, size, *rest = spec.split(":", 3)
+    pairs = (pair.split("=", 1) for pair in rest[0].split(",")) if rest else ()
+    settings = {key: json.loads(value) if value.startswith("{") else value for key, value in pairs}
     return name, form, int(size), settings
 
 
@@ -63,7 +68,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             abstain_below=0.0,
             answer_cache_ttl_s=0,
             reranker_model=None,
-            **overrides,  # type: ignore[arg-type]
+            **overrides,
         )
         records = []
         async with in_process_answering(settings) as source:
