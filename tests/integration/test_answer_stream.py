@@ -99,7 +99,10 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
 
 def test_cached_tokens_rise_on_a_repeated_prompt(url: str, tiny_sglang: SGLangServer) -> None:
     assert httpx.post(f"{tiny_sglang.url}/flush_cache", timeout=10).status_code == 200
-    body = {"query": "Where did Super Bowl 50 take place?", "stream": False}
+    # One passage asked for: two requests back to back read as an arrival rate, and where the
+    # first-token model predicts a slow prefill the planner sheds passages from the second
+    # (seen on an AVX-512 machine: five passages, then one); this test is about the cache.
+    body = {"query": "Where did Super Bowl 50 take place?", "stream": False, "top_k": 1}
     first = post_answer(url, body).json()["done"]
     second = post_answer(url, body).json()["done"]
     assert first["cached_tokens"] == 0
