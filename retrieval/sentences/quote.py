@@ -5,15 +5,19 @@ The best sentence always goes first (unless nothing reaches `min_probability`: t
 quote, and the caller says it does not know). A sentence that leans on the one before it ("It",
 "They", "This ...") brings that one along; a short best sentence brings the one after it when
 that one leans back on it ("PostgreSQL can build an index without locking out writes. This
-method is invoked by specifying CONCURRENTLY."). Further sentences join while they are nearly as
-likely as the best (`ratio`) and the quote stays under `target_words`; a quote is never longer
-than `max_words` (a longer single sentence is cut at a clause around what the question asks).
+method is invoked by specifying CONCURRENTLY."). A further sentence joins when the scorer's
+chance that it is the one that answers (a softmax of the scores over the quotable sentences,
+what the scorer was trained on) pays for its length: at least `words_weight` per word. So a
+short sentence nearly as likely as the best joins, a long one must be likelier, and a question
+whose best sentence is clear gets that sentence alone. A quote is never longer than `max_words`
+(a longer single sentence is cut at a clause around what the question asks).
 Code blocks, headings and fragments of sentences are not quoted.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,9 +39,9 @@ _LEANS_BACK = re.compile(
 @dataclass(frozen=True, slots=True)
 class QuoteConfig:
     min_probability: float = 0.1
-    ratio: float = 0.6
+    # The chance per word a further sentence must bring to join (see the module's docstring).
+    words_weight: float = 0.008
     max_sentences: int = 3
-    target_words: int = 45
     max_words: int = 80
     min_words: int = 4
     # A best sentence and the one after it that leans back on it, together at most this long.
@@ -62,19 +66,25 @@ def select_quote(
     best = usable[0]
     picked = _with_follow_on(_with_lead_in(best, scored), best, scored, config)
     words = sum(len(s.text.split()) for s in picked)
-    for other in usable[1:]:
+    for other, chance in zip(usable[1:], _chances(usable)[1:], strict=True):
         if len(picked) >= config.max_sentences:
-            break
-        if other.probability < config.ratio * best.probability:
             break
         if any(_same(other, p) for p in picked):
             continue
         extra = len(other.candidate.text.split())
-        if words + extra > config.target_words:
+        if chance < config.words_weight * extra or words + extra > config.max_words:
             continue
         picked.append(_quoted(other))
         words += extra
     return _bounded(picked, config.max_words, question)
+
+
+def _chances(usable: Sequence[ScoredSentence]) -> list[float]:
+    """A softmax of the scores: the scorer's chance that each sentence is the one that answers."""
+    top = max(s.score for s in usable)
+    weights = [math.exp(s.score - top) for s in usable]
+    total = sum(weights)
+    return [w / total for w in weights]
 
 
 def _quotable(sentence: ScoredSentence, config: QuoteConfig) -> bool:

@@ -176,6 +176,9 @@ class ScoredSentence:
     probability: float
     # Its row of `FEATURES` (what the answerable model reads of the best sentence).
     features: npt.NDArray[np.float64] | None = field(default=None, compare=False, repr=False)
+    # The model's ranking score before calibration: a softmax of the scores over one question's
+    # candidates is the model's chance that each is the one that answers (how it was trained).
+    score: float = 0.0
 
 
 def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[float]:
@@ -358,9 +361,13 @@ class SentenceModel:
     ) -> list[ScoredSentence]:
         if not found:
             return []
+        scores = self.scores(features)
         probabilities = self.probabilities(features)
         order = np.argsort(-probabilities, kind="stable")
-        return [ScoredSentence(found[i], float(probabilities[i]), features[i]) for i in order]
+        return [
+            ScoredSentence(found[i], float(probabilities[i]), features[i], float(scores[i]))
+            for i in order
+        ]
 
 
 class SentenceScorer:

@@ -1,8 +1,10 @@
 """Picking the quote (retrieval/sentences/quote.py): the best sentence first, the one it leans
-on before it, others while nearly as likely and short, never longer than `max_words` words,
-nothing below `min_probability`."""
+on before it, others when their chance of answering pays for their length, never longer than
+`max_words` words, nothing below `min_probability`."""
 
 from __future__ import annotations
+
+import math
 
 from retrieval.passage import Passage
 from retrieval.sentences.quote import QuoteConfig, select_quote
@@ -11,18 +13,20 @@ from retrieval.sentences.store import SentenceRef
 
 
 def sentences(texts: list[str], probabilities: list[float]) -> list[ScoredSentence]:
-    """One passage of `texts` (in order), ranked by `probabilities` as the scorer would."""
+    """One passage of `texts` (in order), ranked by `probabilities` as the scorer would, each
+    scored by its log-odds."""
     text = " ".join(texts)
     passage = Passage("doc#0", "doc", 0, "Doc", text, 0, len(text))
     out, start = [], 0
     for position, (sentence, probability) in enumerate(zip(texts, probabilities, strict=True)):
         ref = SentenceRef(position, 0, start, start + len(sentence), position, True, "prose")
-        out.append(ScoredSentence(Candidate(ref, passage, 0), probability))
+        score = math.log(probability / (1 - probability))
+        out.append(ScoredSentence(Candidate(ref, passage, 0), probability, score=score))
         start += len(sentence) + 1
     return sorted(out, key=lambda s: -s.probability)
 
 
-CONFIG = QuoteConfig(min_probability=0.1, ratio=0.6, target_words=45, max_words=80)
+CONFIG = QuoteConfig(min_probability=0.1, words_weight=0.008, max_words=80)
 
 
 def test_the_best_sentence_goes_first_and_nothing_below_the_floor() -> None:
@@ -46,14 +50,28 @@ def test_a_sentence_that_leans_back_brings_the_one_before() -> None:
     ]
 
 
-def test_a_nearly_as_likely_sentence_joins_while_the_quote_stays_short() -> None:
+def test_a_further_sentence_joins_when_its_chance_pays_for_its_length() -> None:
     found = sentences(
         ["The treaty was signed in 1848.", "Mexico ceded the land.", "Word " * 40 + "end."],
-        [0.8, 0.7, 0.75],
+        [0.8, 0.7, 0.6],
     )
+    # Chances 0.51, 0.30 and 0.19: the short one pays for its 4 words (0.032 needed), the long
+    # one not for its 41 (0.33 needed).
     quote = select_quote(found, CONFIG)
-    # The long one is nearly as likely but would take the quote past its target length.
     assert [q.text for q in quote] == ["The treaty was signed in 1848.", "Mexico ceded the land."]
+    # At a higher price per word (0.4 for four words) the best sentence stands alone.
+    strict = QuoteConfig(min_probability=0.1, words_weight=0.1, max_words=80)
+    assert [q.text for q in select_quote(found, strict)] == ["The treaty was signed in 1848."]
+
+
+def test_a_clear_best_sentence_is_quoted_alone() -> None:
+    found = sentences(
+        ["The treaty was signed in 1848.", "Mexico ceded the land.", "It rained."],
+        [0.95, 0.05, 0.04],
+    )
+    # The others' chances (about 0.003 each) do not pay for even four words.
+    quote = select_quote(found, CONFIG)
+    assert [q.text for q in quote] == ["The treaty was signed in 1848."]
 
 
 def test_a_long_sentence_is_cut_around_the_question_and_never_past_max_words() -> None:
