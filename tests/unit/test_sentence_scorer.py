@@ -48,6 +48,13 @@ def test_the_shipped_scorer_puts_the_answer_first(index: LoadedIndex) -> None:
     probabilities = [s.probability for s in ranked]
     assert all(0.0 < p < 1.0 for p in probabilities)
     assert probabilities == sorted(probabilities, reverse=True)
+    # Each carries its ranking score, which the calibration turns into its probability (the
+    # quote prices a further sentence by a softmax of the scores).
+    for s in ranked:
+        z = weights.slope * s.score + weights.intercept
+        assert s.probability == pytest.approx(1.0 / (1.0 + np.exp(-z)))
+    scores = [s.score for s in ranked]
+    assert scores == sorted(scores, reverse=True)
 
 
 def test_weights_for_other_features_are_refused() -> None:
