@@ -136,6 +136,21 @@ def _generate(url: str, workers: tuple[str, ...], text: str) -> tuple[int, dict[
     return served[0], meta
 
 
+def _settle(url: str, workers: tuple[str, ...], within_s: float = 30.0) -> None:
+    """Wait until the router has nothing in flight and the workers' prompt-token counters have
+    stopped moving (a dropped request is counted when it ends), at most `within_s`."""
+    end = time.monotonic() + within_s
+    last = _prompt_tokens(workers)
+    while time.monotonic() < end:
+        time.sleep(0.5)
+        listed = httpx.get(f"{url}/workers", timeout=10).json()["workers"]
+        now = _prompt_tokens(workers)
+        if not any(worker["load"] for worker in listed) and now == last:
+            return
+        last = now
+    raise AssertionError(f"the workers did not settle within {within_s:.0f} s")
+
+
 def _flush(url: str) -> None:
     httpx.post(f"{url}/flush_cache", timeout=30).raise_for_status()
 
@@ -230,6 +245,10 @@ def test_cache_aware_sends_a_new_prefix_to_the_idle_worker_then_keeps_it(
     assert sorted(loads) == [0, 2]
     assert worker_b != worker_a
     assert meta_b["cached_tokens"] < 50
+    # The two long requests were dropped with their connections; a worker counts a request's
+    # prompt tokens when it ends, so wait for those two to be counted before telling which
+    # worker served the next one by its counter.
+    _settle(fleet.url, fleet.worker_urls)
 
     for k in range(2):
         again_b, meta = _generate(fleet.url, fleet.worker_urls, f"{prefix_b} again {k}?")
