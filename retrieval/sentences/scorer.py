@@ -353,7 +353,10 @@ class SentenceModel:
         return np.asarray(((features - self._mean) / self._scale) @ self._weights, np.float64)
 
     def probabilities(self, features: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        z = self._slope * self.scores(features) + self._intercept
+        return self._calibrated(self.scores(features))
+
+    def _calibrated(self, scores: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        z = self._slope * scores + self._intercept
         return np.asarray(1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0))), dtype=np.float64)
 
     def rank(
@@ -362,7 +365,7 @@ class SentenceModel:
         if not found:
             return []
         scores = self.scores(features)
-        probabilities = self.probabilities(features)
+        probabilities = self._calibrated(scores)
         order = np.argsort(-probabilities, kind="stable")
         return [
             ScoredSentence(found[i], float(probabilities[i]), features[i], float(scores[i]))
