@@ -65,7 +65,9 @@ def test_frozen_objects_leave_the_oldest_generation_until_thawed() -> None:
         frozen = freeze_heap(collect=True)
         # What a full collection walks now: none of what was alive at the freeze.
         assert frozen > 50_000
-        assert gc.get_freeze_count() == frozen
+        # A frozen object still dies by its count (below), so what another thread drops after
+        # the freeze leaves the permanent generation: the count can only fall from `frozen`.
+        assert 50_000 < gc.get_freeze_count() <= frozen
         assert len(gc.get_objects(generation=2)) < 1_000
         assert not any(obj is kept for obj in gc.get_objects(generation=2))
     finally:
