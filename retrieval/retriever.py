@@ -19,8 +19,9 @@ from retrieval.passage import ScoredPassage
 from retrieval.pool import StagePool
 from retrieval.rerank.base import Reranker
 from retrieval.search.base import SearchConfig, SearchRequest, build_searchers
+from retrieval.sentences.reader import Reader, ReadMix
 from retrieval.sentences.scorer import ScorerWeights, SentenceScorer
-from retrieval.stages import EmbedStage, RerankStage, SearchStage, SentenceStage
+from retrieval.stages import EmbedStage, ReadStage, RerankStage, SearchStage, SentenceStage
 
 
 class Retriever:
@@ -33,6 +34,7 @@ class Retriever:
         reranker: Reranker | None = None,
         pool: StagePool | None = None,
         scorer: ScorerWeights | None = None,
+        reader: tuple[Reader, ReadMix] | None = None,
     ) -> None:
         self.embedder = embedder
         self.index = index
@@ -46,6 +48,9 @@ class Retriever:
         self.sentences = SentenceStage(
             SentenceScorer(index.sentences, self.scorer_weights), index, self._pool
         )
+        # The reader (warmed up) and how its scores join the scorer's; None: the scorer's order.
+        self.reader = reader
+        self.read = ReadStage(reader[0], reader[1], self._pool) if reader is not None else None
 
     @classmethod
     def open(
@@ -58,6 +63,7 @@ class Retriever:
         corpus_checksum: str | None = None,
         search: SearchConfig | None = None,
         scorer: ScorerWeights | None = None,
+        reader: tuple[Reader, ReadMix] | None = None,
         max_workers: int = 2,
     ) -> Retriever:
         """An index directory's retriever, checked against `embedder` (and the corpus, when
@@ -72,7 +78,14 @@ class Retriever:
             max_gpu_bytes=index_max_gpu_bytes,
         )
         index.dense.search(embedder.encode(["warm-up"]), 1)
-        return cls(embedder, index, search=search, pool=StagePool(max_workers), scorer=scorer)
+        return cls(
+            embedder,
+            index,
+            search=search,
+            pool=StagePool(max_workers),
+            scorer=scorer,
+            reader=reader,
+        )
 
     def with_reranker(self, reranker: Reranker | None) -> Retriever:
         """The same index, embedder and pool with another reranker (requests under way keep
@@ -84,6 +97,7 @@ class Retriever:
             reranker=reranker,
             pool=self._pool,
             scorer=self.scorer_weights,
+            reader=self.reader,
         )
 
     def modes(self) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Retrieval's stages, each `run(request, deadline) -> StageResult` (budget/stage.py): embed the
-query, search in one mode, rerank, score the sentences of what was found. Their blocking work
-runs on the retriever's bounded pool."""
+query, search in one mode, rerank, score the sentences of what was found, read the best of them
+where the scorer is in doubt. Their blocking work runs on the retriever's bounded pool."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from retrieval.passage import ScoredPassage
 from retrieval.pool import StagePool
 from retrieval.rerank.base import Reranker, RerankRequest
 from retrieval.search.base import Searcher, SearchRequest
+from retrieval.sentences.reader import Reader, ReadMix, reread, to_read
 from retrieval.sentences.scorer import ScoredSentence, SentenceScorer
 
 
@@ -127,4 +128,54 @@ class SentenceStage:
             timed.elapsed_ms,
             work=len(timed.value),
             attributes={"sentences.scored": len(timed.value), "sentences.best": round(best, 4)},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    question: str
+    # The sentence stage's ranking, best first.
+    sentences: Sequence[ScoredSentence]
+
+
+class ReadStage:
+    """The first pass reordered by the reader (retrieval/sentences/reader.py), which reads the
+    scorer's best few sentences where the scorer is in doubt. When it would not finish in its
+    slice, the first pass with a cut (its thread finishes in the background).
+    Work: the sentences read."""
+
+    name = "read"
+
+    def __init__(self, reader: Reader, mix: ReadMix, pool: StagePool) -> None:
+        self.reader = reader
+        self.mix = mix
+        self._pool = pool
+
+    async def run(
+        self, request: ReadRequest, deadline: Deadline
+    ) -> StageResult[list[ScoredSentence]]:
+        first = list(request.sentences)
+        wanted = len(to_read(first, self.mix))
+        attributes: dict[str, AttributeValue] = {
+            "read.model": self.reader.name,
+            "read.asked": wanted,
+        }
+        if not wanted or deadline.expired:
+            # The scorer is sure (or nothing is quotable), or there is no time: its order.
+            unread, _ = reread(first, self.mix, None)
+            cut = StageCut("read skipped: deadline already spent", 0) if wanted else None
+            return StageResult(unread, 0.0, cut=cut, attributes={**attributes, "read.sentences": 0})
+
+        def call() -> tuple[list[ScoredSentence], int]:
+            return reread(first, self.mix, lambda found: self.reader.read(request.question, found))
+
+        try:
+            timed = await self._pool.run(self.name, deadline, call)
+        except RetrievalTimeoutError:
+            unread, _ = reread(first, self.mix, None)
+            cut = StageCut("read timed out: the scorer's order", 0)
+            return StageResult(unread, deadline.elapsed_ms(), cut=cut, attributes=attributes)
+        ranked, read = timed.value
+        return StageResult(
+            ranked, timed.elapsed_ms, work=read, attributes={**attributes, "read.sentences": read}
         )

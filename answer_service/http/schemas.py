@@ -153,6 +153,8 @@ class TimingsOut(BaseModel):
     search: float
     rerank: float
     sentences: float
+    # The sentence reader's share of the time after `sentences` (0: it did not read).
+    read: float = 0.0
     prompt: float
     generate: float
 
@@ -196,6 +198,7 @@ class DonePayload(BaseModel):
                 search=round(stages.search_ms, 2),
                 rerank=round(stages.rerank_ms, 2),
                 sentences=round(stages.sentences_ms, 2),
+                read=round(stages.read_ms, 2),
                 prompt=round(stages.prompt_ms, 2),
                 generate=round(stages.generate_ms, 2),
             ),

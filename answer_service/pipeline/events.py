@@ -79,6 +79,8 @@ class StageTimings:
     search_ms: float = 0.0
     rerank_ms: float = 0.0
     sentences_ms: float = 0.0
+    # The sentence reader's part (0 where the scorer was sure or there is no reader).
+    read_ms: float = 0.0
     prompt_ms: float = 0.0
     generate_ms: float = 0.0
 

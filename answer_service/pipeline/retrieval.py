@@ -25,7 +25,7 @@ from retrieval.rerank.base import RerankRequest
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 from retrieval.sentences.scorer import ScoredSentence
-from retrieval.stages import EmbedStage, SentenceRequest
+from retrieval.stages import EmbedStage, ReadRequest, SentenceRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,11 @@ class Retrieved:
     vector: Vectors | None
     timings: StageTimings
     degraded: tuple[str, ...] = ()
-    # The sentences of the first top_k passages, most likely to answer first.
+    # The sentences of the first top_k passages, most likely to answer first (after the
+    # reader, where it read), and the scorer's own ranking (what abstention and the form
+    # choice read: they were learned on it).
     sentences: list[ScoredSentence] = field(default_factory=list)
+    first_pass: list[ScoredSentence] = field(default_factory=list)
 
 
 class CachedEmbedStage:
@@ -136,6 +139,13 @@ class RetrievalSteps:
                 deadline,
                 answer,
             )
+            first_pass = ranked = sentences.value
+            read_ms = 0.0
+            if retriever.read is not None:
+                read = await self._runner.run(
+                    retriever.read, ReadRequest(request.query, first_pass), deadline, answer
+                )
+                ranked, read_ms = read.value, read.elapsed_ms
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
@@ -145,9 +155,10 @@ class RetrievalSteps:
             search_ms=found.elapsed_ms,
             rerank_ms=rerank_ms,
             sentences_ms=sentences.elapsed_ms,
+            read_ms=read_ms,
         )
-        degraded = tuple(cut.reason for cut in answer.plan.cuts if cut.stage == "rerank")
-        return Retrieved(passages, vector, timings, degraded, sentences.value)
+        degraded = tuple(cut.reason for cut in answer.plan.cuts if cut.stage in ("rerank", "read"))
+        return Retrieved(passages, vector, timings, degraded, ranked, first_pass)
 
     def _embed_stage(self, retriever: Retriever) -> EmbedStage | CachedEmbedStage:
         if self._embeddings is None:

@@ -265,7 +265,7 @@ class AnswerPipeline:
         hard = self.hard_deadline(deadline)
         retrieved = await self._retrieval.run(retriever, answer, hard, rerank=not no_model)
         answer.timings, answer.degraded = retrieved.timings, retrieved.degraded
-        evidence = self._forms.evidence(retrieved.sentences)
+        evidence = self._forms.evidence(retrieved.first_pass)
         root.set_attribute("answer.evidence", round(evidence, 4))
         if sources_only:
             answer.sources = self._ranked(retrieved, request.top_k)
@@ -285,7 +285,7 @@ class AnswerPipeline:
             choice = FormChoice("quote", 0, 0.0, 0.0, "no generation makes the budget: a quote")
         else:
             choice = self._forms.choose(
-                answer, retrieved.sentences, evidence, self.planning.gate.least_loaded()
+                answer, retrieved.first_pass, evidence, self.planning.gate.least_loaded()
             )
         answer.plan = answer.plan.answering(choice.form, choice.reason)
         if choice.form == "quote":

@@ -55,6 +55,7 @@ from retrieval.embedder import Embedder, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
 from retrieval.rerank.base import load_reranker
 from retrieval.retriever import Retriever
+from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class Components:
     # The stage models measured at warm-up (the rest keep the shipped priors).
     calibrated_stages: list[str] = field(default_factory=list)
     reranker_status: str = "not loaded"
+    # The sentence reader and its mix, loaded once with the first index (None: not used).
+    reader: tuple[SentenceReader, ReadMix] | None = None
+    _reader_loaded: bool = field(default=False)
     # Where the embedder, reranker and index run, and their GPU shares (set in warm-up).
     placement: Placement | None = None
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
@@ -265,8 +269,39 @@ class Components:
             index_max_gpu_bytes=share_bytes,
             search=search_config(settings),
             scorer=scorer_weights(settings),
+            reader=self._sentence_reader(),
             max_workers=settings.retrieval_workers,
         )
+
+    def _sentence_reader(self) -> tuple[SentenceReader, ReadMix] | None:
+        """The sentence reader, warmed up, with the mix learned with the scorer's weights;
+        None (said once, with the reason) where it is off or cannot be had: the scorer's order
+        serves. Loaded once; a swapped-in index keeps it. Blocking."""
+        if self._reader_loaded:
+            return self.reader
+        self._reader_loaded = True
+        settings = self.settings
+        if not settings.sentence_reader:
+            logger.info("sentence reader disabled by configuration")
+            return None
+        try:
+            mix = ReadMix.read(settings.sentence_scorer_file)
+            if mix is None:
+                logger.warning("sentence reader unused: the scorer was learned without one")
+                return None
+            reader = SentenceReader(
+                ReaderConfig(
+                    adapter=settings.sentence_reader_file,
+                    device=self.place_models().embedder.device,
+                ),
+                settings.embedder_model,
+            )
+            reader.warm_up()
+        except RetrievalError as exc:
+            logger.warning("sentence reader unavailable, quoting in the scorer's order: %s", exc)
+            return None
+        self.reader = (reader, mix)
+        return self.reader
 
     def swap_retriever(self, retriever: Retriever) -> Retriever | None:
         """Serve from `retriever` from now on (the reranker carries over); returns the old

@@ -175,6 +175,12 @@ class Settings(BaseSettings):
     # The sentence scorer's weights and the quote's selection
     # (`python -m eval.calibrate.sentence_scorer`); default: the ones shipped.
     sentence_scorer_file: Path | None = None
+    # The sentence reader: a cross-encoder over the embedder's own MiniLM (its adapter learned
+    # by `python -m eval.calibrate.sentence_reader`) that rereads the scorer's best few sentences
+    # where the scorer is in doubt, before a quote or a focused context is made of them; off:
+    # the scorer's order. `sentence_reader_file`: the adapter (default: the package's).
+    sentence_reader: bool = True
+    sentence_reader_file: Path | None = None
     # Sentences on each side of a chosen one in a focused excerpt.
     focused_neighbours: int = Field(default=1, ge=0, le=5)
     # Citations the service attributes: an answer sentence cites the prompt passages holding at

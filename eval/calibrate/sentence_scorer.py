@@ -19,6 +19,12 @@ whether the quote holds a gold answer. Its threshold answers the most questions 
 from the corpus, abstaining there being right, with no more than `--max-false-abstention` of the
 answerable ones whose answer was retrieved refused. The best sentence's probability is measured
 the same way beside it.
+Then the sentence reader (retrieval/sentences/reader.py, learned by
+`python -m eval.calibrate.sentence_reader`) is mixed in (eval/calibrate/read_mix.py): where
+and how much it reads and how much its score counts, fitted on its out-of-fold scores of the
+training questions, with the quote's selection chosen again for the reread order. Abstention
+still reads the first pass. The evaluation questions are read by the shipped reader itself, as
+the service reads them, beside the first pass alone (`--no-reader`: no mix is learned).
 The weights the service loads are written to `--weights`.
 """
 
@@ -29,7 +35,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +45,8 @@ import numpy.typing as npt
 from scipy.optimize import minimize  # type: ignore[import-untyped]
 
 from budget import Deadline
+from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, selection
+from eval.calibrate.read_mix import OutOfFold, fit_reader, live, lookup, reread_all
 from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.paths import SQUAD_DIR, shared
@@ -51,6 +58,7 @@ from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 from retrieval.sentences.answerable import AnswerableModel, answerable_features, fit_answerable
 from retrieval.sentences.quote import QuoteConfig, select_quote
+from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader, to_read
 from retrieval.sentences.scorer import (
     FEATURES,
     Candidate,
@@ -61,7 +69,6 @@ from retrieval.sentences.scorer import (
     candidates,
     feature_matrix,
 )
-from retrieval.sentences.terms import content_terms
 
 logger = logging.getLogger(__name__)
 
@@ -141,99 +148,8 @@ def fit(examples: Sequence[Example], l2: float = 1.0) -> ScorerWeights:
     )
     scores = np.concatenate([SentenceModel(ranked).scores(e.features) for e in usable])
     labels = np.concatenate([e.labels for e in usable])
-    slope, intercept = _platt(scores, labels)
+    slope, intercept = platt(scores, labels)
     return dataclasses.replace(ranked, slope=slope, intercept=intercept)
-
-
-def _platt(scores: npt.NDArray[np.float64], labels: npt.NDArray[np.float64]) -> tuple[float, float]:
-    """The logistic sigmoid(a * score + b) that fits the labels best (Newton's method)."""
-    z = np.column_stack([scores, np.ones_like(scores)])
-    w = np.zeros(2)
-    for _ in range(50):
-        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -30, 30)))
-        gradient = z.T @ (p - labels)
-        hessian = (z * (p * (1 - p))[:, None]).T @ z + 1e-6 * np.eye(2)
-        step = np.linalg.solve(hessian, gradient)
-        w -= step
-        if np.abs(step).max() < 1e-10:
-            break
-    return float(w[0]), float(w[1])
-
-
-def selection(
-    examples: Sequence[Example], model: SentenceModel, max_median_words: float
-) -> QuoteConfig:
-    """The chance per word a further sentence must bring (`QuoteConfig.words_weight`) that
-    answers the most training questions while keeping the median quote at most
-    `max_median_words` words."""
-    best: tuple[float, QuoteConfig] | None = None
-    for weight in (0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.01, 0.012, 0.015, 0.02, 0.03):
-        config = QuoteConfig(min_probability=0.0, words_weight=weight)
-        found = quote_metrics(examples, lambda e: scored(e, model), config)
-        recall, median = found["answer_recall"], found["words_median"]
-        if recall is None or median is None or median > max_median_words:
-            continue
-        if best is None or recall > best[0]:
-            best = (float(recall), config)
-    if best is None:
-        return QuoteConfig(min_probability=0.0)
-    return best[1]
-
-
-def scored(example: Example, model: SentenceModel) -> list[ScoredSentence]:
-    return model.rank(example.found, example.features)
-
-
-def naive(example: Example, idf: Any) -> list[ScoredSentence]:
-    """IDF-weighted overlap of the question's words, best first (the baseline). Its scores
-    carry no chance of answering, so its quote is its best sentence (with the one that sentence
-    leans on); `first_two_recall` is the two-sentence baseline."""
-    asked = content_terms(example.question.question)
-    scores = [idf.weighted_coverage(asked, content_terms(c.text)) for c in example.found]
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    return [ScoredSentence(example.found[i], scores[i]) for i in order]
-
-
-def quote_metrics(
-    examples: Sequence[Example],
-    rank: Any,
-    config: QuoteConfig,
-    abstains: Callable[[Example], bool] | None = None,
-) -> dict[str, float | int | None]:
-    recalls: list[float] = []
-    words: list[int] = []
-    precise: list[float] = []
-    first: list[bool] = []
-    first_two: list[bool] = []
-    abstained = 0
-    for example in examples:
-        ranked = rank(example)
-        answers = example.question.answers
-        top = [s for s in ranked if s.candidate.ref.whole and s.candidate.ref.kind != "code"]
-        first.append(bool(top) and answer_recall(top[0].candidate.text, answers) > 0)
-        first_two.append(any(answer_recall(s.candidate.text, answers) > 0 for s in top[:2]))
-        quote = select_quote(ranked, config, example.question.question)
-        if not quote or (abstains is not None and abstains(example)):
-            abstained += 1
-            recalls.append(0.0)
-            continue
-        text = " ".join(q.text for q in quote)
-        recalls.append(answer_recall(text, answers))
-        words.append(len(text.split()))
-        gold = example.question.gold_passage_id
-        precise.extend(float(q.passage.doc_id == gold) for q in quote)
-    n = len(examples)
-    return {
-        "questions": n,
-        "answer_recall": round(statistics.fmean(recalls), 4) if recalls else None,
-        "first_sentence_recall": round(sum(first) / n, 4) if n else None,
-        "first_two_recall": round(sum(first_two) / n, 4) if n else None,
-        "citation_precision": round(statistics.fmean(precise), 4) if precise else None,
-        "words_median": statistics.median(words) if words else None,
-        "words_p90": float(np.percentile(words, 90)) if words else None,
-        "words_max": max(words) if words else None,
-        "abstained": abstained,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,26 +310,53 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         measures[name] = {"threshold": threshold, "training": on_train, "evaluation": on_test}
     answerable = dataclasses.replace(answerable, threshold=measures["answerable"]["threshold"])
-    config = chosen  # the quote itself no longer abstains: the answerable model decides
 
     def abstains(example: Example) -> bool:
+        # Whether the sources answer at all is read on the first pass, reader or not.
         return answerable.probability(scored(example, model)) < answerable.threshold
+
+    first_pass = {
+        "quote": quote_metrics(test, lambda e: scored(e, model), chosen, abstains),
+        "quote_without_abstention": quote_metrics(test, lambda e: scored(e, model), chosen),
+    }
+    mix: ReadMix | None = None
+    config, reading = chosen, dict[str, Any]()
+    rank_train: dict[str, list[ScoredSentence]] | None = None
+    rank_test: dict[str, list[ScoredSentence]] | None = None
+    if args.reader:
+        mix, config, reading = fit_reader(train, model, args.max_median_words)
+        reader = SentenceReader(ReaderConfig(device="cpu"))
+        await asyncio.to_thread(reader.warm_up)
+        oof = OutOfFold()
+        reads_train = {e.question.question_id: oof.read_for(e.question.question_id) for e in train}
+        reads_test = {e.question.question_id: live(reader, e.question.question) for e in test}
+        rank_train = reread_all(train, model, mix, reads_train)
+        rank_test = reread_all(test, model, mix, reads_test)
+        reading["read_share_evaluation"] = round(
+            sum(bool(to_read(scored(e, model), mix)) for e in test) / max(len(test), 1), 4
+        )
+
+    def final(ranked: dict[str, list[ScoredSentence]] | None) -> Callable[[Example], Any]:
+        return (lambda e: scored(e, model)) if ranked is None else lookup(ranked)
 
     return {
         "weights": weights,
         "config": config,
         "answerable": answerable,
+        "mix": mix,
         "metrics": {
             "training": {
                 "questions": len(train),
-                "quote": quote_metrics(train, lambda e: scored(e, model), config, abstains),
+                "quote": quote_metrics(train, final(rank_train), config, abstains),
             },
             "evaluation": {
-                "quote": quote_metrics(test, lambda e: scored(e, model), config, abstains),
-                "quote_without_abstention": quote_metrics(test, lambda e: scored(e, model), config),
+                "quote": quote_metrics(test, final(rank_test), config, abstains),
+                "quote_without_abstention": quote_metrics(test, final(rank_test), config),
+                "first_pass": first_pass,
                 "naive_overlap": quote_metrics(test, lambda e: naive(e, idf), config),
             },
             "abstention": measures,
+            "reader": reading,
         },
     }
 
@@ -432,6 +375,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--max-false-abstention", type=float, default=0.10)
     parser.add_argument(
+        "--no-reader",
+        dest="reader",
+        action="store_false",
+        help="learn the scorer alone (no sentence reader mix in the weights file)",
+    )
+    parser.add_argument(
         "--max-median-words", type=float, default=34.0, help="for the quote's selection"
     )
     args = parser.parse_args(argv)
@@ -445,11 +394,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quote": dataclasses.asdict(config),
         "answerable": answerable.to_json(),
     }
+    if result["mix"] is not None:
+        payload["reader"] = result["mix"].to_json()
     args.weights.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     write_result(
         args.out,
         "calibrate-sentence-scorer",
-        {"top_k": args.top_k, "l2": args.l2, "split": "eval/splits/squad.json"},
+        {
+            "top_k": args.top_k,
+            "l2": args.l2,
+            "split": "eval/splits/squad.json",
+            "reader": args.reader,
+        },
         {"scorer_training": "articles of eval/splits/squad.json", "weights": str(args.weights)},
         {**result["metrics"], "weights": dict(zip(weights.names, weights.weights, strict=True))},
     )

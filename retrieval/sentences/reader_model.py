@@ -1,0 +1,118 @@
+"""The reader's network (torch): a BERT encoder reading a (question, sentence) pair, the mean of
+its token states, one logit. `PairModel.from_base` builds it for training (the base frozen,
+low-rank adapters on `reader.TARGETS`, layer norms and head trainable); `PairModel.merged`
+builds it for serving, the adapters added into the base weights. Imported only where torch is
+wanted (reader.py loads it in `warm_up()`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import nn
+from transformers import AutoModel, AutoTokenizer
+
+from retrieval.sentences.reader import TARGETS, ReaderMeta
+
+
+class LoraLinear(nn.Module):
+    """`base(x) + scale * x A^T B^T`; B starts at zero, so training starts from the base."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float) -> None:
+        super().__init__()
+        self.base = base
+        self.a = nn.Parameter(torch.empty(rank, base.in_features))
+        self.b = nn.Parameter(torch.zeros(base.out_features, rank))
+        nn.init.kaiming_uniform_(self.a, a=math.sqrt(5))
+        self.scale = alpha / rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.base(x) + (x @ self.a.t() @ self.b.t()) * self.scale
+        return out
+
+
+class PairModel(nn.Module):
+    def __init__(self, encoder: Any) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.dropout = nn.Dropout(0.1)
+        self.head = nn.Linear(encoder.config.hidden_size, 1)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        logits: torch.Tensor = self.head(self.dropout(pooled)).squeeze(-1)
+        return logits
+
+    @classmethod
+    def from_base(cls, base_dir: str, rank: int, alpha: float) -> tuple[PairModel, Any]:
+        encoder = AutoModel.from_pretrained(base_dir, dtype=torch.float32)
+        for parameter in encoder.parameters():
+            parameter.requires_grad = False
+        for layer in encoder.encoder.layer:
+            for target in TARGETS:
+                parent_name, _, attr = target.rpartition(".")
+                parent = layer.get_submodule(parent_name)
+                setattr(parent, attr, LoraLinear(getattr(parent, attr), rank, alpha))
+        for module in encoder.modules():
+            if isinstance(module, nn.LayerNorm):
+                for parameter in module.parameters():
+                    parameter.requires_grad = True
+        return cls(encoder), AutoTokenizer.from_pretrained(base_dir)
+
+    def adapter_arrays(self) -> dict[str, npt.NDArray[np.float32]]:
+        """What ships: the adapters, the layer norms and the head."""
+        out: dict[str, npt.NDArray[np.float32]] = {}
+        for name, module in self.encoder.named_modules():
+            if isinstance(module, LoraLinear):
+                out[f"lora/{name}/a"] = module.a.detach().float().cpu().numpy()
+                out[f"lora/{name}/b"] = module.b.detach().float().cpu().numpy()
+            elif isinstance(module, nn.LayerNorm):
+                out[f"norm/{name}/weight"] = module.weight.detach().float().cpu().numpy()
+                out[f"norm/{name}/bias"] = module.bias.detach().float().cpu().numpy()
+        out["head/weight"] = self.head.weight.detach().float().cpu().numpy()
+        out["head/bias"] = self.head.bias.detach().float().cpu().numpy()
+        return out
+
+    @classmethod
+    def merged(
+        cls, base_dir: str, meta: ReaderMeta, arrays: dict[str, npt.NDArray[Any]]
+    ) -> tuple[PairModel, Any]:
+        """The serving model: each adapter added into its base weight (W + scale B A)."""
+        encoder = AutoModel.from_pretrained(base_dir, dtype=torch.float32)
+        scale = meta.alpha / meta.rank
+        modules = dict(encoder.named_modules())
+        used = set()
+        with torch.no_grad():
+            for key in arrays:
+                kind, _, rest = key.partition("/")
+                name, _, part = rest.rpartition("/")
+                if kind == "lora" and part == "a":
+                    a = torch.from_numpy(np.asarray(arrays[key], np.float32))
+                    b = torch.from_numpy(np.asarray(arrays[f"lora/{name}/b"], np.float32))
+                    modules[name].weight += scale * (b @ a)
+                    used |= {key, f"lora/{name}/b"}
+                elif kind == "norm":
+                    getattr(modules[name], part).copy_(
+                        torch.from_numpy(np.asarray(arrays[key], np.float32))
+                    )
+                    used.add(key)
+            model = cls(encoder)
+            model.head.weight.copy_(torch.from_numpy(np.asarray(arrays["head/weight"], np.float32)))
+            model.head.bias.copy_(torch.from_numpy(np.asarray(arrays["head/bias"], np.float32)))
+            used |= {"head/weight", "head/bias"}
+        unknown = set(arrays) - used
+        if unknown:
+            raise ValueError(f"the adapter has arrays this model does not: {sorted(unknown)[:3]}")
+        return model, AutoTokenizer.from_pretrained(base_dir)

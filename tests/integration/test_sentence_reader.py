@@ -1,0 +1,83 @@
+"""The sentence reader on the real packaged MiniLM: an adapter written after training is read
+back and merged into the encoder so that the serving model scores as the trained one did, and
+the shipped adapter prefers the sentence that answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
+from retrieval.errors import RetrievalError
+from retrieval.sentences.reader import (
+    ReaderConfig,
+    ReaderMeta,
+    SentenceReader,
+    pair_text,
+    write_adapter,
+)
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "Who designed the bridge over the river?"
+SENTENCES = [
+    ("The bridge was designed by the engineer Anna Berg in 1932.", "Old Bridge"),
+    ("The bridge is 300 metres long and carries two lanes.", "Old Bridge"),
+    ("The river floods most springs.", "Old Bridge"),
+]
+
+
+def test_a_written_adapter_merges_into_the_encoder_and_scores_as_trained(tmp_path: Path) -> None:
+    import torch
+
+    from retrieval.sentences.reader_model import PairModel
+
+    torch.manual_seed(0)
+    meta = ReaderMeta(rank=4, alpha=8.0, max_tokens=64, with_title=True)
+    model, tokenizer = PairModel.from_base(resolve_model_path(DEFAULT_EMBEDDER), 4, 8.0)
+    with torch.no_grad():  # as if trained: adapters, a norm and the head away from the start
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.05 * torch.randn_like(parameter))
+    model.eval()
+    encoded = tokenizer(
+        [QUESTION] * len(SENTENCES),
+        [pair_text(text, title, meta.with_title) for text, title in SENTENCES],
+        truncation="longest_first",
+        max_length=meta.max_tokens,
+        padding=True,
+        return_tensors="pt",
+    )
+    with torch.inference_mode():
+        trained = model(**encoded).numpy()
+    path = tmp_path / "reader.npz"
+    write_adapter(path, meta, model.adapter_arrays())
+    assert path.stat().st_size < 2_000_000
+
+    reader = SentenceReader(ReaderConfig(adapter=path, device="cpu", dtype="float32"))
+    served = reader.scores(QUESTION, SENTENCES)
+    # The adapter is stored in float16: the same scores to a few thousandths, the same order.
+    assert np.allclose(served, trained, atol=0.05)
+    assert list(np.argsort(served)) == list(np.argsort(trained))
+
+
+def test_the_shipped_reader_prefers_the_sentence_that_answers() -> None:
+    reader = SentenceReader(ReaderConfig(device="cpu", dtype="float32"))
+    scores = reader.scores(QUESTION, SENTENCES)
+    assert int(np.argmax(scores)) == 0
+    when = reader.scores(
+        "When did the museum open?",
+        [
+            ("The museum's collection holds two million objects.", "Museum"),
+            ("The museum opened to the public in 1857.", "Museum"),
+        ],
+    )
+    assert int(np.argmax(when)) == 1
+
+
+def test_a_reader_for_another_embedder_is_refused_with_what_to_do() -> None:
+    reader = SentenceReader(ReaderConfig(device="cpu"), embedder_model="some/other-model")
+    with pytest.raises(RetrievalError, match="eval.calibrate.sentence_reader"):
+        reader.warm_up()
