@@ -87,7 +87,7 @@ def test_events_arrive_in_order_with_sources_first(url: str, tiny_sglang: SGLang
     assert 0 < done["ttft_ms"] < 10_000
     assert done["ttft_budget_ms"] == 10_000
     timings = done["timings_ms"]
-    assert set(timings) == {"embed", "search", "rerank", "sentences", "prompt", "generate"}
+    assert set(timings) == {"embed", "search", "rerank", "sentences", "read", "prompt", "generate"}
     assert timings["rerank"] == 0, "no reranker is configured in these tests"
     assert all(
         timings[stage] > 0 for stage in ("embed", "search", "sentences", "prompt", "generate")
