@@ -126,6 +126,24 @@ def fit_reader(
     return mix, config, {"mix": mix.to_json(), "tried": tried, "missing_scores": oof.missing}
 
 
+def frontier(
+    examples: Sequence[Any], rank: Callable[[Any], list[ScoredSentence]]
+) -> list[dict[str, Any]]:
+    """Answer recall against the quote's median length, one point per price per word."""
+    out = []
+    for words_weight in (0.004, 0.005, 0.006, 0.007, 0.008, 0.01, 0.015):
+        config = QuoteConfig(min_probability=0.0, words_weight=words_weight)
+        found = quote_metrics(examples, rank, config)
+        out.append(
+            {
+                "words_weight": words_weight,
+                "answer_recall": found["answer_recall"],
+                "words_median": found["words_median"],
+            }
+        )
+    return out
+
+
 def _label(example: Any, sentence: ScoredSentence) -> float:
     from eval.lib.squad_metrics import answer_recall
 

@@ -46,7 +46,7 @@ from scipy.optimize import minimize  # type: ignore[import-untyped]
 
 from budget import Deadline
 from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, selection
-from eval.calibrate.read_mix import OutOfFold, fit_reader, live, lookup, reread_all
+from eval.calibrate.read_mix import OutOfFold, fit_reader, frontier, live, lookup, reread_all
 from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.paths import SQUAD_DIR, shared
@@ -335,6 +335,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         reading["read_share_evaluation"] = round(
             sum(bool(to_read(scored(e, model), mix)) for e in test) / max(len(test), 1), 4
         )
+        # The reader at equal length: answer recall and median words of the quote (without
+        # abstention) at each price per word, in the first pass's order and the reader's.
+        reading["frontier"] = {
+            name: {
+                "first_pass": frontier(examples, lambda e: scored(e, model)),
+                "reread": frontier(examples, lookup(ranked)),
+            }
+            for name, examples, ranked in (
+                ("scorer_training_out_of_fold", train, rank_train),
+                ("evaluation", test, rank_test),
+            )
+        }
 
     def final(ranked: dict[str, list[ScoredSentence]] | None) -> Callable[[Example], Any]:
         return (lambda e: scored(e, model)) if ranked is None else lookup(ranked)
