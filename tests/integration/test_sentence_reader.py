@@ -79,5 +79,5 @@ def test_the_shipped_reader_prefers_the_sentence_that_answers() -> None:
 
 def test_a_reader_for_another_embedder_is_refused_with_what_to_do() -> None:
     reader = SentenceReader(ReaderConfig(device="cpu"), embedder_model="some/other-model")
-    with pytest.raises(RetrievalError, match="eval.calibrate.sentence_reader"):
+    with pytest.raises(RetrievalError, match=r"eval\.calibrate\.sentence_reader"):
         reader.warm_up()

@@ -67,7 +67,8 @@ def test_a_sure_scorer_is_not_read_and_keeps_its_order() -> None:
     assert to_read(first, MIX) == []
     reader = FakeReader({"s2": 100.0})
     out, read = reread(first, MIX, lambda found: reader.read("q", found))
-    assert read == 0 and reader.read_names == []
+    assert read == 0
+    assert reader.read_names == []
     assert [name(s) for s in out] == ["s0", "s1", "s2"]
     # Probabilities follow the mix's calibration of the (unchanged) scores.
     assert out[0].probability == pytest.approx(1 / (1 + math.exp(-5.0)))
@@ -78,7 +79,8 @@ def test_in_doubt_the_reader_reads_the_best_quotable_and_reorders_them() -> None
     reader = FakeReader({"s0": 0.0, "s2": 3.0, "s3": 50.0})
     out, read = reread(first, MIX, lambda found: reader.read("q", found))
     # Depth 2 of the quotable ones: s0 and s2 (s1 is code), never s3 however it would score.
-    assert reader.read_names == ["s0", "s2"] and read == 2
+    assert reader.read_names == ["s0", "s2"]
+    assert read == 2
     assert [name(s) for s in out][:2] == ["s2", "s0"]
     by_name = {name(s): s.score for s in out}
     assert by_name["s2"] == pytest.approx(0.8 + 3.0)
@@ -107,8 +109,9 @@ async def test_the_stage_reads_and_reports_what_it_read() -> None:
     reader = FakeReader({"s1": 9.0})
     stage = ReadStage(reader, MIX, StagePool(1))
     result = await stage.run(ReadRequest("q", ranked([1.0, 0.9, 0.8])), Deadline.after_ms(5_000))
-    assert [name(s) for s in result.value][0] == "s1"
-    assert result.work == 2 and result.cut is None
+    assert next(name(s) for s in result.value) == "s1"
+    assert result.work == 2
+    assert result.cut is None
     assert result.attributes["read.sentences"] == 2
 
 
@@ -117,4 +120,5 @@ async def test_a_reader_out_of_time_leaves_the_scorers_order_with_a_cut() -> Non
     stage = ReadStage(reader, MIX, StagePool(1))
     result = await stage.run(ReadRequest("q", ranked([1.0, 0.9, 0.8])), Deadline.after_ms(50))
     assert [name(s) for s in result.value] == ["s0", "s1", "s2"]
-    assert result.cut is not None and "timed out" in result.cut.reason
+    assert result.cut is not None
+    assert "timed out" in result.cut.reason
