@@ -140,16 +140,23 @@ class ReadRequest:
 
 class ReadStage:
     """The first pass reordered by the reader (retrieval/sentences/reader.py), which reads the
-    scorer's best few sentences where the scorer is in doubt. When it would not finish in its
-    slice, the first pass with a cut (its thread finishes in the background).
-    Work: the sentences read."""
+    scorer's best few sentences where the scorer is in doubt. Where its slice is shorter than
+    reading is expected to take (its own running mean per sentence read), it does not start;
+    where a read outlasts the slice, the first pass with a cut (the thread finishes in the
+    background). Work: the sentences read."""
 
     name = "read"
+    # Before any read is timed: a sentence pair through a MiniLM-sized encoder on two cores.
+    PRIOR_MS_PER_SENTENCE = 20.0
 
     def __init__(self, reader: Reader, mix: ReadMix, pool: StagePool) -> None:
         self.reader = reader
         self.mix = mix
         self._pool = pool
+        self._ms_per_sentence = self.PRIOR_MS_PER_SENTENCE
+
+    def expected_ms(self, sentences: int) -> float:
+        return sentences * self._ms_per_sentence
 
     async def run(
         self, request: ReadRequest, deadline: Deadline
@@ -160,10 +167,12 @@ class ReadStage:
             "read.model": self.reader.name,
             "read.asked": wanted,
         }
-        if not wanted or deadline.expired:
+        left_ms, needed_ms = deadline.remaining_ms(), self.expected_ms(wanted)
+        if not wanted or left_ms < needed_ms:
             # The scorer is sure (or nothing is quotable), or there is no time: its order.
             unread, _ = reread(first, self.mix, None)
-            cut = StageCut("read skipped: deadline already spent", 0) if wanted else None
+            reason = f"read skipped: {left_ms:.0f} ms left, ~{needed_ms:.0f} ms needed"
+            cut = StageCut(reason, 0) if wanted else None
             return StageResult(unread, 0.0, cut=cut, attributes={**attributes, "read.sentences": 0})
 
         def call() -> tuple[list[ScoredSentence], int]:
@@ -176,6 +185,9 @@ class ReadStage:
             cut = StageCut("read timed out: the scorer's order", 0)
             return StageResult(unread, deadline.elapsed_ms(), cut=cut, attributes=attributes)
         ranked, read = timed.value
+        if read:
+            observed = timed.elapsed_ms / read
+            self._ms_per_sentence += 0.2 * (observed - self._ms_per_sentence)
         return StageResult(
             ranked, timed.elapsed_ms, work=read, attributes={**attributes, "read.sentences": read}
         )

@@ -13,6 +13,9 @@ from answer_service.pipeline.events import Cut, PlanRecord
 from budget.forms import AnswerMode
 from budget.planner import Knobs, Plan, QualityCurve, Stage, StageTimes
 
+# Stages whose cut changes no knob of the plan.
+_KNOBLESS = frozenset({"read"})
+
 
 @dataclass(frozen=True, slots=True)
 class RequestPlan:
@@ -52,7 +55,10 @@ class RequestPlan:
 
     def cut(self, stage: str, reason: str, done: int) -> RequestPlan:
         """The plan with the knob `stage` sets (the rerank depth, or for any other stage the
-        passages) cut to `done`, and the cut recorded under the knob's name."""
+        passages) cut to `done`, and the cut recorded under the knob's name. A stage that sets
+        no knob (the sentence reader: it reorders, it does not size) is only recorded."""
+        if stage in _KNOBLESS:
+            return dataclasses.replace(self, cuts=(*self.cuts, Cut(stage, reason, 0, 0)))
         knob, field = ("rerank", "rerank_depth") if stage == "rerank" else ("passages", "passages")
         planned = getattr(self.knobs, field)
         return dataclasses.replace(

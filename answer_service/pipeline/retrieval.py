@@ -87,7 +87,13 @@ class RetrievalSteps:
         self._embeddings = embeddings
 
     async def run(
-        self, retriever: Retriever, answer: PreparedAnswer, hard: Deadline, *, rerank: bool = True
+        self,
+        retriever: Retriever,
+        answer: PreparedAnswer,
+        hard: Deadline,
+        *,
+        rerank: bool = True,
+        read: bool = True,
     ) -> Retrieved:
         request = answer.request
         # The sources list the best top_k even when the prompt gets fewer: k costs little here.
@@ -141,11 +147,16 @@ class RetrievalSteps:
             )
             first_pass = ranked = sentences.value
             read_ms = 0.0
-            if retriever.read is not None:
-                read = await self._runner.run(
-                    retriever.read, ReadRequest(request.query, first_pass), deadline, answer
+            if read and retriever.read is not None:
+                # Reading is worth its time only inside the first token's budget (retrieval's
+                # slice has a floor, so that sources come back even when the budget is spent).
+                reread = await self._runner.run(
+                    retriever.read,
+                    ReadRequest(request.query, first_pass),
+                    hard.slice_ms(answer.deadline.remaining_ms()),
+                    answer,
                 )
-                ranked, read_ms = read.value, read.elapsed_ms
+                ranked, read_ms = reread.value, reread.elapsed_ms
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:

@@ -263,7 +263,10 @@ class AnswerPipeline:
                 rerank_depth=0, passages=request.top_k, retrieve_k=request.top_k
             )
         hard = self.hard_deadline(deadline)
-        retrieved = await self._retrieval.run(retriever, answer, hard, rerank=not no_model)
+        # Sources alone need no reranking and no reading; a quote instead reads where it can.
+        retrieved = await self._retrieval.run(
+            retriever, answer, hard, rerank=not no_model, read=not sources_only
+        )
         answer.timings, answer.degraded = retrieved.timings, retrieved.degraded
         evidence = self._forms.evidence(retrieved.first_pass)
         root.set_attribute("answer.evidence", round(evidence, 4))

@@ -124,7 +124,7 @@ def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangS
     traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
     trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
     spans = {span["name"]: span for span in trace["spans"]}
-    assert list(spans) == ["answer", "embed", "search", "sentences", "prompt", "generate"]
+    assert list(spans) == ["answer", "embed", "search", "sentences", "read", "prompt", "generate"]
     root = spans["answer"]
     assert root["parent_span_id"] is None
     assert all(s["parent_span_id"] == root["span_id"] for n, s in spans.items() if n != "answer")
@@ -134,6 +134,9 @@ def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangS
     assert embed["gen_ai.operation.name"] == "embeddings"
     assert embed["gen_ai.request.model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert spans["search"]["attributes"]["retrieval.results"] == 5
+    read = spans["read"]["attributes"]
+    assert read["read.model"] == "reader(sentence-transformers/all-MiniLM-L6-v2)"
+    assert read["read.sentences"] in (0, read["read.asked"])
     generate = spans["generate"]
     attributes = generate["attributes"]
     assert attributes["gen_ai.operation.name"] == "text_completion"

@@ -50,6 +50,7 @@ def test_spans_are_exported_to_the_configured_collector(
         "embed",
         "generate",
         "prompt",
+        "read",
         "search",
         "sentences",
     ]

@@ -114,3 +114,15 @@ async def test_behind_a_queue_admission_predicts_at_its_own_quantile() -> None:
         slot.release()
         await p.gate.acquire(W, "standard", 20_000)
     assert not lenient.start("q", 5, 3_000, 3_000, "standard", False, cache).admitted
+
+
+def test_a_cut_reader_changes_no_knob() -> None:
+    tracker = planning().start("q", 3, 20_000, 20_000, "standard", False, CacheEstimator())
+    cut = tracker.cut("read", "read skipped: 10 ms left, ~60 ms needed", 0)
+    assert (cut.knobs.passages, cut.knobs.rerank_depth) == (
+        tracker.knobs.passages,
+        tracker.knobs.rerank_depth,
+    )
+    assert [(c.stage, c.reason) for c in cut.cuts] == [
+        ("read", "read skipped: 10 ms left, ~60 ms needed")
+    ]

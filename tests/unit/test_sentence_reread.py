@@ -122,3 +122,23 @@ async def test_a_reader_out_of_time_leaves_the_scorers_order_with_a_cut() -> Non
     assert [name(s) for s in result.value] == ["s0", "s1", "s2"]
     assert result.cut is not None
     assert "timed out" in result.cut.reason
+
+
+async def test_a_slice_shorter_than_a_read_is_not_spent_reading() -> None:
+    reader = FakeReader({"s1": 9.0})
+    stage = ReadStage(reader, MIX, StagePool(1))
+    # Two sentences to read at the prior's 20 ms each: 40 ms needed, 10 ms given.
+    result = await stage.run(ReadRequest("q", ranked([1.0, 0.9, 0.8])), Deadline.after_ms(10))
+    assert reader.read_names == []
+    assert [name(s) for s in result.value] == ["s0", "s1", "s2"]
+    assert result.cut is not None
+    assert "read skipped" in result.cut.reason
+
+
+async def test_the_expected_cost_follows_the_reads_it_times() -> None:
+    reader = FakeReader({"s1": 9.0}, delay_s=0.2)
+    stage = ReadStage(reader, MIX, StagePool(1))
+    before = stage.expected_ms(2)
+    await stage.run(ReadRequest("q", ranked([1.0, 0.9, 0.8])), Deadline.after_ms(5_000))
+    # 200 ms for two sentences observed: the estimate moves toward 100 ms a sentence.
+    assert stage.expected_ms(2) > before
