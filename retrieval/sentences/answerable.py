@@ -16,14 +16,18 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from retrieval.errors import RetrievalError
-from retrieval.sentences.scorer import FEATURES, ScoredSentence, best_probabilities
+from retrieval.sentences.scorer import (
+    FEATURES,
+    ScoredSentence,
+    best_probabilities,
+    weights_file_text,
+)
 
 ANSWERABLE_FEATURES = (
     "bias",
@@ -87,11 +91,7 @@ class AnswerableModel:
         when the file has none (weights learned before it: abstention then reads the best
         sentence's probability)."""
         try:
-            text = (
-                path.read_text(encoding="utf-8")
-                if path is not None
-                else resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
-            )
+            text = weights_file_text(path)
             raw = json.loads(text).get("answerable")
             if raw is None:
                 return None

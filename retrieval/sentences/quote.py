@@ -21,12 +21,11 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
-from retrieval.sentences.scorer import ScoredSentence
+from retrieval.sentences.scorer import ScoredSentence, weights_file_text
 from retrieval.sentences.terms import content_terms
 
 _LEANS_BACK = re.compile(
@@ -208,11 +207,7 @@ def read_quote_config(path: Path | None = None) -> QuoteConfig:
     """The quote selection calibrated with the scorer (the `quote` object of its weights file;
     the package's own by default)."""
     try:
-        text = (
-            path.read_text(encoding="utf-8")
-            if path is not None
-            else resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
-        )
+        text = weights_file_text(path)
         return QuoteConfig(**json.loads(text)["quote"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RetrievalError(f"cannot read the quote selection: {exc}") from exc

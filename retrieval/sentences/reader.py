@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from retrieval.embedder import DEFAULT_EMBEDDER, pick_device, pick_dtype, resolve_model_path
 from retrieval.errors import RetrievalError
-from retrieval.sentences.scorer import Candidate, ScoredSentence
+from retrieval.sentences.scorer import Candidate, ScoredSentence, weights_file_text
 
 logger = logging.getLogger(__name__)
 
@@ -136,11 +136,7 @@ class ReadMix:
         """The mix in the scorer's weights file (`path`, or the package's); None where the
         weights were learned without a reader."""
         try:
-            text = (
-                path.read_text(encoding="utf-8")
-                if path is not None
-                else resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
-            )
+            text = weights_file_text(path)
             raw = json.loads(text).get("reader")
             if raw is None:
                 return None

@@ -101,6 +101,15 @@ _CAPITALIZED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
 _WORDS = re.compile(r"[A-Za-z0-9]+")
 
 
+def weights_file_text(path: Path | None = None) -> str:
+    """The scorer's weights file (`path`, or the one shipped with the package): the weights,
+    the quote's selection, the answerable model and the reader's mix, learned together by
+    `python -m eval.calibrate.sentence_scorer`. Raises OSError."""
+    if path is not None:
+        return path.read_text(encoding="utf-8")
+    return resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
+
+
 @dataclass(frozen=True, slots=True)
 class ScorerWeights:
     names: tuple[str, ...]
@@ -129,11 +138,7 @@ class ScorerWeights:
     def read(cls, path: Path | None = None) -> ScorerWeights:
         """The weights in `path`, or the ones shipped with the package."""
         try:
-            text = (
-                path.read_text(encoding="utf-8")
-                if path is not None
-                else resources.files("retrieval.sentences").joinpath("scorer.json").read_text()
-            )
+            text = weights_file_text(path)
             raw = json.loads(text)
             calibration = raw.get("calibration", {"slope": 1.0, "intercept": 0.0})
             return cls(
