@@ -2,7 +2,7 @@
 rank the relevant abstracts, against hybrid order, and how often a quote comes from one.
 
     python -m eval.calibrate.sentence_reranker --out eval/results/sentence-reranker.json \\
-        [--mix retrieval/rerank/sentence_mix.json] [--depth 50]
+        [--mix retrieval/rerank/sentence_mix.json] [--depth 50] [--reader]
 
 Reads ../shared/data/scifact. The corpus is indexed as the service indexes it; each train claim
 of the committed split (eval/splits/scifact.json) is retrieved (hybrid, top `--depth`), its
@@ -11,6 +11,11 @@ each passage given `best x its best sentence + second x its second + rank / (1 +
 The mix is chosen on the scorer-training claims by nDCG@10 and measured on the evaluation
 claims, whose relevant abstracts no training claim shares. It writes the mix the service loads
 (`--mix`).
+
+`--reader` also measures the sentence reader (learned on SQuAD questions) as a further term: the
+reader reads each of the first `READ_PASSAGES` passages' best `READ_PER_PASSAGE` sentences, a
+passage gains `weight x its best logit` (one it did not read: the claim's lowest), the weight
+chosen on the training claims. Reported, not shipped: the mix the command writes never reads.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import itertools
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from retrieval.rerank.sentence import PassageMix, passage_scores
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 from retrieval.sentences.quote import read_quote_config, select_quote
+from retrieval.sentences.reader import ReaderConfig, SentenceReader
 from retrieval.sentences.scorer import (
     Candidate,
     ScoredSentence,
@@ -51,6 +57,9 @@ from retrieval.sentences.scorer import (
 )
 
 MIX = Path(__file__).resolve().parents[2] / "retrieval" / "rerank" / "sentence_mix.json"
+READ_PASSAGES = 20
+READ_PER_PASSAGE = 3
+READER_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,8 @@ class Claim:
     passages: list[ScoredPassage]
     found: list[Candidate]
     scores: npt.NDArray[np.float64]
+    # The reader's best logit per passage (`--reader`; its lowest where it read none).
+    read: npt.NDArray[np.float64] | None = None
 
 
 async def claims_of(
@@ -84,12 +95,40 @@ async def claims_of(
     return out
 
 
-def ndcg(claims: Sequence[Claim], qrels: dict[str, set[str]], mix: PassageMix | None) -> float:
+def best_reads(reader: SentenceReader, text: str, claim: Claim) -> npt.NDArray[np.float64]:
+    """The reader's best logit for each passage, reading each of the first `READ_PASSAGES`
+    passages' best `READ_PER_PASSAGE` sentences by the scorer."""
+    by_rank: dict[int, list[int]] = {}
+    for i, candidate in enumerate(claim.found):
+        if candidate.rank < READ_PASSAGES:
+            by_rank.setdefault(candidate.rank, []).append(i)
+    chosen = [
+        i
+        for own in by_rank.values()
+        for i in sorted(own, key=lambda i: -claim.scores[i])[:READ_PER_PASSAGE]
+    ]
+    logits = reader.read(text, [claim.found[i] for i in chosen])
+    best = np.full(len(claim.passages), np.nan)
+    for i, logit in zip(chosen, logits, strict=True):
+        rank = claim.found[i].rank
+        best[rank] = logit if np.isnan(best[rank]) else max(best[rank], logit)
+    floor = np.nanmin(best) if not np.isnan(best).all() else 0.0
+    return np.where(np.isnan(best), floor, best)
+
+
+def ndcg(
+    claims: Sequence[Claim],
+    qrels: dict[str, set[str]],
+    mix: PassageMix | None,
+    reader_weight: float = 0.0,
+) -> float:
     rankings = {}
     for claim in claims:
         passages = claim.passages
         if mix is not None:
-            mixed = passage_scores(claim.found, claim.scores, len(passages), mix)
+            mixed = np.asarray(passage_scores(claim.found, claim.scores, len(passages), mix))
+            if reader_weight and claim.read is not None:
+                mixed = mixed + reader_weight * claim.read
             passages = [passages[i] for i in sorted(range(len(passages)), key=lambda i: -mixed[i])]
         rankings[claim.claim_id] = doc_ranking(passages)
     judged = {c.claim_id: qrels[c.claim_id] for c in claims}
@@ -133,9 +172,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     train, test = parts["scorer_training"], parts["evaluation"]
     best = max(grid, key=lambda mix: ndcg(train, qrels, mix))
+    metrics: dict[str, Any] = {}
+    if args.reader:
+        reader = SentenceReader(ReaderConfig())
+        await asyncio.to_thread(reader.warm_up)
+        for claims in parts.values():
+            for n, claim in enumerate(claims):
+                read = await asyncio.to_thread(best_reads, reader, texts[claim.claim_id], claim)
+                claims[n] = replace(claim, read=read)
+        metrics["reader"] = reader_metrics(train, test, qrels)
     return {
         "mix": best,
-        "metrics": {
+        "metrics": metrics
+        | {
             "training": {
                 "claims": len(train),
                 "ndcg@10_hybrid": ndcg(train, qrels, None),
@@ -153,11 +202,42 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def reader_metrics(
+    train: Sequence[Claim], test: Sequence[Claim], qrels: dict[str, set[str]]
+) -> dict[str, Any]:
+    """The reader's term beside the sentence mix (both chosen on the training claims), and the
+    reader alone, in nDCG@10."""
+    grid = [
+        (PassageMix(best, second, rank), weight)
+        for best, second, rank in itertools.product(
+            (0.0, 1.0), (0.0, 0.5), (0.0, 0.5, 1.0, 2.0, 4.0)
+        )
+        for weight in READER_WEIGHTS
+    ]
+    mix, weight = max(grid, key=lambda pair: ndcg(train, qrels, *pair))
+    alone = PassageMix(0.0, 0.0, 0.0)
+    return {
+        "read": {"passages": READ_PASSAGES, "sentences_per_passage": READ_PER_PASSAGE},
+        "mix": asdict(mix) | {"reader": weight},
+        "training": {
+            "ndcg@10_with_reader": ndcg(train, qrels, mix, weight),
+            "ndcg@10_reader_only": ndcg(train, qrels, alone, 1.0),
+        },
+        "evaluation": {
+            "ndcg@10_with_reader": ndcg(test, qrels, mix, weight),
+            "ndcg@10_reader_only": ndcg(test, qrels, alone, 1.0),
+        },
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.calibrate.sentence_reranker")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--mix", type=Path, default=MIX, help="the file the service loads")
     parser.add_argument("--depth", type=int, default=50, help="candidates reranked per claim")
+    parser.add_argument(
+        "--reader", action="store_true", help="also measure the sentence reader as a term"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = asyncio.run(run(args))
@@ -169,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_result(
         args.out,
         "calibrate-sentence-reranker",
-        {"depth": args.depth, "split": "eval/splits/scifact.json"},
+        {"depth": args.depth, "split": "eval/splits/scifact.json", "reader": args.reader},
         {"corpus": "scifact", "claims": "train claims with qrels, by part"},
         result["metrics"],
     )
