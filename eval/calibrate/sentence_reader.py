@@ -124,8 +124,15 @@ def _batches(groups: Sequence[Group], size: int, rng: random.Random) -> Iterator
         yield order[start : start + size]
 
 
-def train(groups: Sequence[Group], config: TrainConfig, base_dir: str, device: str) -> Any:
-    """The reader learned on `groups` (those with an answering candidate)."""
+def train(
+    groups: Sequence[Group],
+    config: TrainConfig,
+    base_dir: str,
+    device: str,
+    initial: dict[str, npt.NDArray[Any]] | None = None,
+) -> Any:
+    """The reader learned on `groups` (those with an answering candidate), from the base or
+    from the adapter `initial` (of `config`'s rank)."""
     import torch
 
     from retrieval.sentences.reader_model import PairModel
@@ -133,6 +140,8 @@ def train(groups: Sequence[Group], config: TrainConfig, base_dir: str, device: s
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer = PairModel.from_base(base_dir, config.rank, config.alpha)
+    if initial is not None:
+        model.load_adapter(initial)
     model.to(device).train()
     usable = [g for g in groups if g.labels.any() and len(g.texts) > 1]
     steps = config.epochs * math.ceil(len(usable) / config.batch_questions)

@@ -71,6 +71,20 @@ class PairModel(nn.Module):
                     parameter.requires_grad = True
         return cls(encoder), AutoTokenizer.from_pretrained(base_dir)
 
+    def load_adapter(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        """Start from a trained adapter of the same rank (`adapter_arrays`' names): its
+        adapters, layer norms and head copied in, to be trained further."""
+        modules = dict(self.encoder.named_modules())
+        with torch.no_grad():
+            for key, value in arrays.items():
+                kind, _, rest = key.partition("/")
+                tensor = torch.from_numpy(np.asarray(value, np.float32))
+                if kind == "head":
+                    getattr(self.head, rest).copy_(tensor)
+                    continue
+                name, _, part = rest.rpartition("/")
+                getattr(modules[name], part).copy_(tensor)
+
     def adapter_arrays(self) -> dict[str, npt.NDArray[np.float32]]:
         """What ships: the adapters, the layer norms and the head."""
         out: dict[str, npt.NDArray[np.float32]] = {}

@@ -81,3 +81,32 @@ def test_a_reader_for_another_embedder_is_refused_with_what_to_do() -> None:
     reader = SentenceReader(ReaderConfig(device="cpu"), embedder_model="some/other-model")
     with pytest.raises(RetrievalError, match=r"eval\.calibrate\.sentence_reader"):
         reader.warm_up()
+
+
+def test_an_adapter_loaded_for_further_training_scores_as_the_served_one() -> None:
+    import torch
+
+    from retrieval.sentences.reader import read_adapter
+    from retrieval.sentences.reader_model import PairModel
+
+    meta, arrays = read_adapter()
+    model, tokenizer = PairModel.from_base(
+        resolve_model_path(DEFAULT_EMBEDDER), meta.rank, meta.alpha
+    )
+    encoded = tokenizer(
+        [QUESTION] * len(SENTENCES),
+        [pair_text(text, title, meta.with_title) for text, title in SENTENCES],
+        truncation="longest_first",
+        max_length=meta.max_tokens,
+        padding=True,
+        return_tensors="pt",
+    )
+    model.eval()
+    with torch.inference_mode():
+        fresh = model(**encoded).numpy()
+    model.load_adapter(arrays)
+    with torch.inference_mode():
+        loaded = model(**encoded).numpy()
+    served = SentenceReader(ReaderConfig(device="cpu", dtype="float32")).scores(QUESTION, SENTENCES)
+    np.testing.assert_allclose(loaded, served, atol=1e-3)
+    assert not np.allclose(fresh, served, atol=1e-2)
