@@ -30,22 +30,17 @@ from typing import Any
 import numpy as np
 
 from eval.calibrate.sentence_reader import Group, TrainConfig, score, train
-from eval.calibrate.sentence_reranker import READ_PASSAGES, Claim, claims_of, ndcg, reader_metrics
-from eval.commands.main import index_of
-from eval.lib.paths import SCIFACT_DIR, shared
-from eval.lib.results import write_result
-from eval.lib.splits import PARTS, Part, scifact_claims
-from retrieval.embedder import (
-    EmbedderConfig,
-    SentenceTransformerEmbedder,
-    passage_embedding_text,
-    pick_device,
-    resolve_model_path,
+from eval.calibrate.sentence_reranker import (
+    READ_PASSAGES,
+    Claim,
+    ndcg,
+    reader_metrics,
+    retrieve_claims,
 )
-from retrieval.judgments import read_qrels, read_queries
-from retrieval.retriever import Retriever
+from eval.lib.results import write_result
+from eval.lib.splits import PARTS
+from retrieval.embedder import passage_embedding_text, pick_device, resolve_model_path
 from retrieval.sentences.reader import ReaderMeta, read_adapter
-from retrieval.sentences.scorer import ScorerWeights, SentenceModel
 
 logger = logging.getLogger(__name__)
 
@@ -93,21 +88,8 @@ def with_reads(claims: Sequence[Claim], groups: Sequence[Group], read: Any) -> l
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    corpus = shared(SCIFACT_DIR / "corpus.jsonl")
-    texts = {q.query_id: q.text for q in read_queries(shared(SCIFACT_DIR / "queries.train.jsonl"))}
-    qrels_all = read_qrels(shared(SCIFACT_DIR / "qrels" / "train.tsv"))
-    qrels = {k: {d for d, grade in v.items() if grade > 0} for k, v in qrels_all.items()}
-    embedder = SentenceTransformerEmbedder(EmbedderConfig())
-    index = await asyncio.to_thread(index_of, corpus, None, embedder)
-    retriever = await asyncio.to_thread(Retriever.open, index, embedder)
-    model = SentenceModel(ScorerWeights.read())
-    parts: dict[Part, list[Claim]] = {}
-    try:
-        for part in PARTS:
-            ids = sorted((c for c in scifact_claims(part) if c in qrels), key=int)
-            parts[part] = await claims_of(retriever, texts, ids, DEPTH, model)
-    finally:
-        retriever.close()
+    retrieved = await retrieve_claims(PARTS, DEPTH)
+    texts, qrels, parts = retrieved.texts, retrieved.qrels, retrieved.parts
     meta, start = read_adapter()
     config = TrainConfig(
         "claims",

@@ -150,7 +150,19 @@ def quotes_from_relevant(claims: Sequence[Claim], qrels: dict[str, set[str]], to
     return round(hits / quoted, 4) if quoted else 0.0
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class SciFactClaims:
+    """The train claims of some parts of the split, retrieved, with their texts and relevant
+    abstracts (by claim id)."""
+
+    texts: dict[str, str]
+    qrels: dict[str, set[str]]
+    parts: dict[Part, list[Claim]]
+
+
+async def retrieve_claims(parts: Sequence[Part], depth: int) -> SciFactClaims:
+    """Index SciFact as the service does (cached), retrieve each judged claim of `parts` (hybrid,
+    top `depth`) and score its passages' sentences by the shipped scorer."""
     corpus = shared(SCIFACT_DIR / "corpus.jsonl")
     texts = {q.query_id: q.text for q in read_queries(shared(SCIFACT_DIR / "queries.train.jsonl"))}
     qrels_all = read_qrels(shared(SCIFACT_DIR / "qrels" / "train.tsv"))
@@ -159,13 +171,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     index = await asyncio.to_thread(index_of, corpus, None, embedder)
     retriever = await asyncio.to_thread(Retriever.open, index, embedder)
     model = SentenceModel(ScorerWeights.read())
-    parts: dict[Part, list[Claim]] = {}
+    retrieved: dict[Part, list[Claim]] = {}
     try:
-        for part in ("scorer_training", "evaluation"):
+        for part in parts:
             ids = sorted((c for c in scifact_claims(part) if c in qrels), key=int)
-            parts[part] = await claims_of(retriever, texts, ids, args.depth, model)
+            retrieved[part] = await claims_of(retriever, texts, ids, depth, model)
     finally:
         retriever.close()
+    return SciFactClaims(texts, qrels, retrieved)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    retrieved = await retrieve_claims(("scorer_training", "evaluation"), args.depth)
+    texts, qrels, parts = retrieved.texts, retrieved.qrels, retrieved.parts
     grid = [
         PassageMix(1.0, second, rank)
         for second, rank in itertools.product((0.0, 0.25, 0.5), (0.0, 0.5, 1.0, 2.0, 4.0, 8.0))

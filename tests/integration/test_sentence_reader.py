@@ -5,6 +5,7 @@ the shipped adapter prefers the sentence that answers."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +30,18 @@ SENTENCES = [
 ]
 
 
+def _pairs(tokenizer: Any, meta: ReaderMeta) -> Any:
+    """QUESTION against each of SENTENCES, tokenized as the reader reads them."""
+    return tokenizer(
+        [QUESTION] * len(SENTENCES),
+        [pair_text(text, title, meta.with_title) for text, title in SENTENCES],
+        truncation="longest_first",
+        max_length=meta.max_tokens,
+        padding=True,
+        return_tensors="pt",
+    )
+
+
 def test_a_written_adapter_merges_into_the_encoder_and_scores_as_trained(tmp_path: Path) -> None:
     import torch
 
@@ -42,14 +55,7 @@ def test_a_written_adapter_merges_into_the_encoder_and_scores_as_trained(tmp_pat
             if parameter.requires_grad:
                 parameter.add_(0.05 * torch.randn_like(parameter))
     model.eval()
-    encoded = tokenizer(
-        [QUESTION] * len(SENTENCES),
-        [pair_text(text, title, meta.with_title) for text, title in SENTENCES],
-        truncation="longest_first",
-        max_length=meta.max_tokens,
-        padding=True,
-        return_tensors="pt",
-    )
+    encoded = _pairs(tokenizer, meta)
     with torch.inference_mode():
         trained = model(**encoded).numpy()
     path = tmp_path / "reader.npz"
@@ -93,14 +99,7 @@ def test_an_adapter_loaded_for_further_training_scores_as_the_served_one() -> No
     model, tokenizer = PairModel.from_base(
         resolve_model_path(DEFAULT_EMBEDDER), meta.rank, meta.alpha
     )
-    encoded = tokenizer(
-        [QUESTION] * len(SENTENCES),
-        [pair_text(text, title, meta.with_title) for text, title in SENTENCES],
-        truncation="longest_first",
-        max_length=meta.max_tokens,
-        padding=True,
-        return_tensors="pt",
-    )
+    encoded = _pairs(tokenizer, meta)
     model.eval()
     with torch.inference_mode():
         fresh = model(**encoded).numpy()
