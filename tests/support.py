@@ -4,14 +4,16 @@ thread, SSE collection."""
 from __future__ import annotations
 
 import gzip
+import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import httpx
 import uvicorn
@@ -77,8 +79,6 @@ class Event:
 
 def parse_sse(raw: str) -> list[Event]:
     """Parse a whole SSE body strictly: every block is `event:` then `data:` lines."""
-    import json
-
     events = []
     for block in raw.split("\n\n"):
         if not block.strip():
@@ -95,3 +95,25 @@ def parse_sse(raw: str) -> list[Event]:
 
 def post_answer(url: str, body: dict[str, Any], timeout_s: float = 120.0) -> httpx.Response:
     return httpx.post(f"{url}/v1/answer", json=body, timeout=timeout_s)
+
+
+def post_and_leave(
+    url: str, body: dict[str, Any], until: Callable[[], bool], timeout_s: float = 60.0
+) -> None:
+    """POSTs `body` to `url` and closes the connection, unread, once `until()` holds (say, the
+    fake SGLang has the request): a client that goes away at the point the test names, not at a
+    client timeout that a slow or busy machine can reach before the service gets there."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s) as sock:
+        sock.sendall(head.encode() + payload)
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            assert time.monotonic() < deadline, f"the request to {url} never got that far"
+            time.sleep(0.01)

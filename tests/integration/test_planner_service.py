@@ -203,7 +203,9 @@ def test_a_client_gone_while_queued_leaves_the_queue(
                 first = asyncio.create_task(
                     http.post(f"{url}/v1/answer", json={"query": QUESTION, "stream": False})
                 )
-                await asyncio.sleep(0.3)
+                while not state.requests:  # A holds the slot (a bound: the client's 30 s)
+                    assert not first.done(), "A was answered without reaching SGLang"
+                    await asyncio.sleep(0.01)
                 with pytest.raises(httpx.ReadTimeout):
                     await http.post(
                         f"{url}/v1/answer",
