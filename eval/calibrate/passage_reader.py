@@ -120,7 +120,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "trained_groups": sum(bool(g.labels.any()) for g in training),
         "evaluation_hybrid": {"ndcg@10": ndcg(test, qrels, None), "claims": len(test)},
         # Mix and weight chosen on the planner-training claims, measured on the evaluation ones.
-        "passage_reader": reader_metrics(chosen, test, qrels),
+        "passage_reader": reader_metrics(
+            chosen, test, qrels, {"passages": READ_PASSAGES, "whole_passages": True}
+        ),
     }
 
 
