@@ -105,7 +105,7 @@ def answer_request(
     )
 
 
-def openai_answer_request(
+def _openai_answer_request(
     http_request: Request,
     settings: Settings,
     query: str,
@@ -213,6 +213,19 @@ async def start_answer(
     pipeline = ready_pipeline(components)
     prepared = await prepare_while_connected(http_request, pipeline, request, deadline)
     return None if prepared is None else (pipeline, prepared)
+
+
+async def start_openai_answer(
+    http_request: Request,
+    components: Components,
+    query: str,
+    fields: ServiceFields,
+    header_tier: str | None,
+) -> tuple[AnswerPipeline, PreparedAnswer] | None:
+    """`start_answer` for an OpenAI-shaped request: `query` (its last user message) with the
+    service's own fields (see `_openai_answer_request`)."""
+    request = _openai_answer_request(http_request, components.settings, query, fields, header_tier)
+    return await start_answer(http_request, components, request)
 
 
 async def collect_while_connected(

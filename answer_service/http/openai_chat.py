@@ -28,8 +28,7 @@ from answer_service.http.answering import (
     Collected,
     ComponentsDep,
     collect_while_connected,
-    openai_answer_request,
-    start_answer,
+    start_openai_answer,
 )
 from answer_service.http.schemas import ErrorResponse, ServiceFields
 from answer_service.pipeline.events import AnswerStats, DoneEvent, ErrorEvent, Source, TokenEvent
@@ -188,10 +187,7 @@ async def chat_completions(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Response:
-    request = openai_answer_request(
-        http_request, components.settings, body.query(), body, x_tenant_tier
-    )
-    started = await start_answer(http_request, components, request)
+    started = await start_openai_answer(http_request, components, body.query(), body, x_tenant_tier)
     if started is None:
         return Response(status_code=499)
     pipeline, prepared = started

@@ -38,8 +38,7 @@ from answer_service.http.answering import (
     Collected,
     ComponentsDep,
     collect_while_connected,
-    openai_answer_request,
-    start_answer,
+    start_openai_answer,
 )
 from answer_service.http.passages import passage_url
 from answer_service.http.responses_schemas import (
@@ -299,10 +298,7 @@ async def create_response(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Response:
-    request = openai_answer_request(
-        http_request, components.settings, body.query(), body, x_tenant_tier
-    )
-    started = await start_answer(http_request, components, request)
+    started = await start_openai_answer(http_request, components, body.query(), body, x_tenant_tier)
     if started is None:
         return Response(status_code=499)
     pipeline, prepared = started
