@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +55,14 @@ class FakeSGLangState:
     # Requests (rids) whose client closed the connection while the fake was silent.
     disconnected: list[str] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def last_aborted_within(self, seconds: float) -> bool:
+        """Whether the last request's rid is aborted within `seconds` from now."""
+        rid = self.requests[-1]["rid"]
+        deadline = time.monotonic() + seconds
+        while rid not in self.aborted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return rid in self.aborted
 
 
 def _chunk(state: FakeSGLangState, rid: str, text: str, n: int, finish: str | None) -> bytes:

@@ -141,11 +141,7 @@ def test_no_first_token_in_time_is_an_error_not_a_hang(url: str, state: FakeSGLa
     assert [e.event for e in events] == ["plan", "sources", "error", "done"]
     assert events[2].data["code"] == "generation_timeout"
     assert elapsed_s < 2.0, "the first-token timeout comes from the budget (x4), not a constant"
-    rid = state.requests[-1]["rid"]
-    deadline = time.monotonic() + 1.0
-    while rid not in state.aborted and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert rid in state.aborted
+    assert state.last_aborted_within(1.0)
 
 
 def test_an_sglang_that_never_answers_is_given_up_at_the_deadline(
@@ -162,11 +158,7 @@ def test_an_sglang_that_never_answers_is_given_up_at_the_deadline(
     assert response.json()["error"]["code"] == "stage_timeout"
     assert "no response from SGLang" in response.json()["error"]["message"]
     assert elapsed_s < 2.0
-    rid = state.requests[-1]["rid"]
-    deadline = time.monotonic() + 1.0
-    while rid not in state.aborted and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert rid in state.aborted
+    assert state.last_aborted_within(1.0)
     state.mode = "ok"
     assert post_answer(url, {"query": QUESTION, "stream": False}).status_code == 200
 
@@ -177,11 +169,7 @@ def test_client_disconnect_aborts_the_sglang_request(url: str, state: FakeSGLang
         for line in response.iter_lines():
             if line == "event: token":
                 break
-    closed_at = time.perf_counter()
-    rid = state.requests[-1]["rid"]
-    while rid not in state.aborted and time.perf_counter() - closed_at < 1.0:
-        time.sleep(0.01)
-    assert rid in state.aborted, "the service aborted its SGLang request within a second"
+    assert state.last_aborted_within(1.0), "the service aborted its SGLang request within a second"
 
 
 def test_a_client_gone_before_sglang_answered_aborts_its_request(
@@ -193,22 +181,14 @@ def test_a_client_gone_before_sglang_answered_aborts_its_request(
     state.mode = "silent"
     body = {"query": QUESTION, "ttft_budget_ms": 10_000}
     post_and_leave(f"{url}/v1/answer", body, until=lambda: bool(state.requests))
-    left_at = time.perf_counter()
-    rid = state.requests[-1]["rid"]
-    while rid not in state.aborted and time.perf_counter() - left_at < 1.5:
-        time.sleep(0.01)
-    assert rid in state.aborted, "the service aborted its SGLang request"
+    assert state.last_aborted_within(1.5), "the service aborted its SGLang request"
 
 
 def test_non_streaming_client_disconnect_aborts_too(url: str, state: FakeSGLangState) -> None:
     state.mode = "slow"
     body = {"query": QUESTION, "stream": False}
     post_and_leave(f"{url}/v1/answer", body, until=lambda: bool(state.requests))
-    left_at = time.perf_counter()
-    rid = state.requests[-1]["rid"]
-    while rid not in state.aborted and time.perf_counter() - left_at < 1.0:
-        time.sleep(0.01)
-    assert rid in state.aborted, "the service aborted its SGLang request within a second"
+    assert state.last_aborted_within(1.0), "the service aborted its SGLang request within a second"
 
 
 def test_sglang_down_means_not_ready_and_503(

@@ -5,7 +5,6 @@ and clients that leave come from a fake SGLang that fails on cue."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -312,14 +311,6 @@ def test_a_failure_mid_answer_is_an_error_event_then_a_failed_response(
     assert raised.value.status_code == 502
 
 
-def wait_aborted(state: FakeSGLangState, within_s: float = 1.0) -> bool:
-    rid = state.requests[-1]["rid"]
-    left_at = time.perf_counter()
-    while rid not in state.aborted and time.perf_counter() - left_at < within_s:
-        time.sleep(0.01)
-    return rid in state.aborted
-
-
 def test_a_client_that_leaves_stops_the_work(failing_url: str, state: FakeSGLangState) -> None:
     state.mode = "slow"
     body = {"input": QUESTION, "stream": True}
@@ -327,10 +318,10 @@ def test_a_client_that_leaves_stops_the_work(failing_url: str, state: FakeSGLang
         for line in response.iter_lines():
             if line == "event: response.output_text.delta":
                 break
-    assert wait_aborted(state), "the service aborted its SGLang request within a second"
+    assert state.last_aborted_within(1.0), "the service aborted its SGLang request within a second"
 
     state.aborted.clear()
     state.requests.clear()
     body = {"input": QUESTION}
     post_and_leave(f"{failing_url}/v1/responses", body, until=lambda: bool(state.requests))
-    assert wait_aborted(state), "a non-streaming request is aborted too"
+    assert state.last_aborted_within(1.0), "a non-streaming request is aborted too"
