@@ -68,12 +68,12 @@ class RepetitionGuard:
     def may_repeat(self, partial: str) -> bool:
         """Whether a sentence that begins with `partial` (its last word perhaps cut short)
         could still end as one already said."""
-        if not self.enabled or not self._said:
+        if not self.enabled or not self._said or not partial.strip():
             return False
-        if not _WORD.search(partial.lower()):
-            return False
-        # Only articles so far ("The"): any sentence may still follow.
         start = " ".join(_normalized(partial))
+        if not start:
+            # No word yet (an article, a code fence, a list's bullet): any sentence may follow.
+            return True
         if partial[-1].isalnum():  # its last word may go on ("lock" -> "locking")
             return any(said.startswith(start) for said in self._said)
         return any(said == start or said.startswith(f"{start} ") for said in self._said)

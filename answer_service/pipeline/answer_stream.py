@@ -183,8 +183,10 @@ class _AnswerWriter:
             checking = self._prepared.stopped is None
             for event in self._finished(span, attributor, guard, checking=checking, last=True):
                 yield event
+        # What is left: a sentence cut short (shown unless it could be a repeat); white space
+        # alone ends nothing and is not sent.
         tail = self._generated[self._held_from :]
-        if (self._policy == "mark" and not guard.may_repeat(tail)) or not tail.strip():
+        if self._policy == "mark" and tail.strip() and not guard.may_repeat(tail):
             for event in self._send_to(len(self._generated)):
                 yield event
         for event in self._if_nothing_shown():

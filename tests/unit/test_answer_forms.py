@@ -4,6 +4,7 @@ generation can make, and the guards on a generated answer (loops, unsupported se
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,26 @@ async def test_a_repeated_list_item_is_never_shown(index_dir: Path) -> None:
     text = text_of(events)
     assert text.count("Green tea steeps") == 1
     assert "Milk is added afterwards" in text
+
+
+async def test_a_repeated_code_block_is_never_shown_not_even_its_fence(index_dir: Path) -> None:
+    """A code block is one unit: one that repeats a block already said is held from its
+    opening fence, so leaving it out leaves no fence open in what the client was sent (a
+    small model given a manual writes the same example twice)."""
+    block = "```\nCREATE INDEX CONCURRENTLY tea_idx ON tea (steeped);\n```"
+    said = (
+        f"Green tea steeps for two minutes. Index it with:\n\n{block}\n\n"
+        f"Espresso is brewed by forcing hot water. You can also use:\n\n{block}\n\n"
+    )
+    # Streamed as a model's tokens come: a fence and each line break a delta of their own.
+    pieces = [piece for piece in re.split(r"(```|\n| )", said) if piece]
+    generation = ScriptedGeneration(lambda _prompt: pieces)
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped and how is espresso brewed?")
+    text = text_of(events)
+    assert text.count("CREATE INDEX") == 1
+    assert text.count("```") == 2
+    assert "Espresso is brewed by forcing hot water." in text
 
 
 async def test_an_answer_cut_short_while_repeating_shows_none_of_the_repeat(

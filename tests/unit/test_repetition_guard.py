@@ -64,6 +64,8 @@ def test_a_sentence_being_written_may_repeat_while_it_begins_like_one_said() -> 
     assert not guard.may_repeat("The lock")  # nothing said yet
     guard.sentence("The lock is taken on the table.")
     assert guard.may_repeat(" The")  # only an article so far: anything may follow
+    assert guard.may_repeat("```\n")  # a code block's fence, no word yet: the same
+    assert guard.may_repeat("\n- ")  # a list item's bullet
     assert guard.may_repeat("The lock is ta")  # its last word cut short
     assert not guard.may_repeat("The lock is released")
     assert not guard.may_repeat("Other sessions")
