@@ -9,9 +9,10 @@ method is invoked by specifying CONCURRENTLY."). A further sentence joins when t
 chance that it is the one that answers (a softmax of the scores over the quotable sentences,
 what the scorer was trained on) pays for its length: at least `words_weight` per word. So a
 short sentence nearly as likely as the best joins, a long one must be likelier, and a question
-whose best sentence is clear gets that sentence alone. A quote is never longer than `max_words`
-(a longer single sentence is cut at a clause around what the question asks).
-Code blocks, headings and fragments of sentences are not quoted.
+whose best sentence is clear gets that sentence alone; a sentence that leads into what follows
+it ("... as follows:") never joins. A quote is never longer than `max_words` (a longer single
+sentence is cut at a clause around what the question asks). Code blocks, headings and fragments
+of sentences are not quoted.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def select_quote(
     for other, chance in zip(usable[1:], _chances(usable)[1:], strict=True):
         if len(picked) >= config.max_sentences:
             break
-        if any(_same(other, p) for p in picked):
+        if any(_same(other, p) for p in picked) or _leads_on(other):
             continue
         extra = len(other.candidate.text.split())
         if chance < config.words_weight * extra or words + extra > config.max_words:
@@ -93,6 +94,12 @@ def _quotable(sentence: ScoredSentence, config: QuoteConfig) -> bool:
         and ref.kind != "code"
         and len(sentence.candidate.text.split()) >= config.min_words
     )
+
+
+def _leads_on(sentence: ScoredSentence) -> bool:
+    """A sentence that leads into what follows it ("To add a column, use:"), a code block or a
+    list a quote does not carry: it may answer as the best, but adds nothing as a further one."""
+    return sentence.candidate.text.rstrip().endswith(":")
 
 
 def _quoted(sentence: ScoredSentence) -> QuotedSentence:
@@ -123,8 +130,8 @@ def _with_lead_in(best: ScoredSentence, scored: Sequence[ScoredSentence]) -> lis
         ),
         None,
     )
-    if before is None or before.candidate.ref.kind == "code":
-        return [quoted]
+    if before is None or before.candidate.ref.kind == "code" or not before.candidate.ref.whole:
+        return [quoted]  # no sentence to lean on: a window's cut fragment, a heading, code
     lead = QuotedSentence(
         _readable(before.candidate.text), quoted.passage, quoted.rank, quoted.probability
     )

@@ -25,6 +25,7 @@ and shipped with the package (scorer.json).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -40,6 +41,7 @@ import numpy.typing as npt
 from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
+from retrieval.sentences.splitter import ends_as_sentence
 from retrieval.sentences.store import SentenceRef, SentenceStore
 from retrieval.sentences.terms import Idf, content_terms, term_list
 
@@ -194,12 +196,24 @@ def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[floa
 
 
 def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
-    """Every sentence of the retrieved passages (index row, passage; best first)."""
+    """Every sentence of the retrieved passages (index row, passage; best first). A prose
+    unit that does not end as a sentence does (a heading, a label, a page's navigation line)
+    is not whole, like a fragment a window cut: it is scored but never quoted."""
     return [
-        Candidate(ref, passage, rank)
+        Candidate(_as_found(ref, passage), passage, rank)
         for rank, (row, passage) in enumerate(passages)
         for ref in store.of(row)
     ]
+
+
+def _as_found(ref: SentenceRef, passage: Passage) -> SentenceRef:
+    if (
+        ref.whole
+        and ref.kind == "prose"
+        and not ends_as_sentence(passage.text[ref.start : ref.end])
+    ):
+        return dataclasses.replace(ref, whole=False)
+    return ref
 
 
 def feature_matrix(

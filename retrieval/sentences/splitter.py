@@ -88,6 +88,17 @@ _ABBREVIATIONS = frozenset(
     ]
 )
 _WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+# How a sentence ends: its mark (a colon too: a sentence may lead into what follows), closing
+# quotes or brackets, then perhaps reference markers ("[3]", "[citation needed]", ":12").
+_ENDS_SENTENCE = re.compile(
+    r"[.!?:][\"'\u201d\u2019)\]]*(?:\[[^\]\n]{1,40}\]|:\d+(?:[-\u2013]\d+)?(?:,\s?\d+)*)*\s*$"
+)
+
+
+def ends_as_sentence(text: str) -> bool:
+    """Whether a prose unit ends as a sentence does; a heading, a label, a definition's term or
+    a page's navigation line ("Prev Up Chapter 34. libpq Home Next") does not."""
+    return _ENDS_SENTENCE.search(text) is not None
 
 
 def split_sentences(text: str) -> list[SentenceSpan]:

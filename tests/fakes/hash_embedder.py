@@ -28,7 +28,9 @@ class HashEmbedder:
         pass
 
     def token_spans(self, text: str) -> Sequence[tuple[int, int]]:
-        return [match.span() for match in re.finditer(r"\w+", text)]
+        # Words and each punctuation mark, as a real tokenizer's offsets cover them: a
+        # passage's text ends with its sentence's mark.
+        return [match.span() for match in re.finditer(r"\w+|[^\w\s]", text)]
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
         vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.integration
 ANSWERING = {
     "explicit-locking",
     "index-locking",
+    "libpq-cancel",
+    "app-postgres",
     "routine-reindex",
     "routine-vacuuming",
     "sql-createindex",
@@ -72,6 +74,17 @@ def test_the_answer_names_what_the_manual_says(url: str, question: str, named: s
     )
     # A quote is short and ends where the manual's sentence ends.
     assert len(body["answer"].split()) <= 80
+
+
+def test_a_quote_holds_whole_sentences_not_a_pages_heading_or_navigation(url: str) -> None:
+    """Each page of the manual opens with its title, a navigation line ("Prev Up Chapter 34.
+    libpq — C Library Home Next") and the title again; none of that is a sentence to quote."""
+    body = post_answer(url, {"query": "How can I cancel a long-running query?", "stream": False})
+    answer = body.json()["answer"]
+    assert body.json()["done"]["form"] == "quote", answer
+    assert "Prev" not in answer, answer
+    assert "Home Next" not in answer, answer
+    assert "Canceling Queries in Progress" not in answer, answer
 
 
 def test_the_reader_rereads_where_the_scorer_is_in_doubt(url: str) -> None:

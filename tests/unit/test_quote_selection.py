@@ -4,6 +4,7 @@ on before it, others when their chance of answering pays for their length, never
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from retrieval.passage import Passage
@@ -50,6 +51,25 @@ def test_a_sentence_that_leans_back_brings_the_one_before() -> None:
     ]
 
 
+def test_no_lead_in_that_is_not_a_whole_sentence() -> None:
+    """A best sentence that leans back on a fragment (the window cut the sentence before it)
+    or a heading is quoted alone: never "." or "Canceling Queries" before it."""
+    found = sentences([".", "Thus, the standby server still writes to disk."], [0.1, 0.8])
+    cut = [
+        dataclasses.replace(
+            s,
+            candidate=dataclasses.replace(
+                s.candidate, ref=dataclasses.replace(s.candidate.ref, whole=False)
+            ),
+        )
+        if s.candidate.text == "."
+        else s
+        for s in found
+    ]
+    quote = select_quote(cut, CONFIG)
+    assert [q.text for q in quote] == ["Thus, the standby server still writes to disk."]
+
+
 def test_a_further_sentence_joins_when_its_chance_pays_for_its_length() -> None:
     found = sentences(
         ["The treaty was signed in 1848.", "Mexico ceded the land.", "Word " * 40 + "end."],
@@ -62,6 +82,15 @@ def test_a_further_sentence_joins_when_its_chance_pays_for_its_length() -> None:
     # At a higher price per word (0.4 for four words) the best sentence stands alone.
     strict = QuoteConfig(min_probability=0.1, words_weight=0.1, max_words=80)
     assert [q.text for q in select_quote(found, strict)] == ["The treaty was signed in 1848."]
+
+
+def test_a_sentence_that_leads_into_what_follows_never_joins() -> None:
+    found = sentences(
+        ["From PostgreSQL 11 a constant default is stored once.", "To add a column, use:"],
+        [0.8, 0.75],
+    )
+    quote = select_quote(found, CONFIG)
+    assert [q.text for q in quote] == ["From PostgreSQL 11 a constant default is stored once."]
 
 
 def test_a_clear_best_sentence_is_quoted_alone() -> None:

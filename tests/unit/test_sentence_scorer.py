@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from retrieval.index.loaded import LoadedIndex
+from retrieval.passage import Passage
 from retrieval.sentences.scorer import (
     FEATURES,
     ScorerWeights,
@@ -15,6 +16,7 @@ from retrieval.sentences.scorer import (
     candidates,
     feature_matrix,
 )
+from retrieval.sentences.store import SentenceStore
 from tests.builders import make_index
 from tests.fakes.hash_embedder import HashEmbedder
 
@@ -93,3 +95,22 @@ def test_local_coverage_weighs_the_term_few_candidates_hold(
     assert (others < 0.5 * local[sacked]).all()
     # "seven" is what "how many" asks for, though it is not written in digits.
     assert matrix[sacked, FEATURES.index("number_asked")] == 1.0
+
+
+def test_a_heading_or_a_navigation_line_is_not_a_whole_sentence() -> None:
+    """A page of a manual as its HTML's text: its title, the navigation line, the title again.
+    None of them ends as a sentence does, so none may be quoted or lead into a quote."""
+    text = (
+        "34.7. Canceling Queries in Progress\nPrev UpChapter 34. libpq — C LibraryHome Next"
+        "\n\n34.7. Canceling Queries in Progress\n\n A client application can request"
+        "\n cancellation of a command. It uses PQcancel.\n\nHe graduated in 1873.:33"
+    )
+    passage = Passage("libpq-cancel#0", "libpq-cancel", 0, "34.7. Canceling", text, 0, len(text))
+    store = SentenceStore.build([passage], HashEmbedder())
+    whole = {" ".join(c.text.split()): c.ref.whole for c in candidates(store, [(0, passage)])}
+    assert whole["A client application can request cancellation of a command."]
+    assert whole["It uses PQcancel."]
+    assert whole["He graduated in 1873.:33"]  # a reference marker after the mark
+    headings = [t for t in whole if "Canceling" in t or "Next" in t]
+    assert headings
+    assert not any(whole[t] for t in headings)

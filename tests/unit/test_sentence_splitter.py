@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.sentences.splitter import SentenceStream, split_sentences
+from retrieval.sentences.splitter import SentenceStream, ends_as_sentence, split_sentences
 
 
 def sentences(text: str) -> list[str]:
@@ -111,3 +111,21 @@ def test_a_streamed_sentence_is_released_once_the_next_one_starts() -> None:
     assert stream.feed(" ") == []
     (first,) = stream.feed("It")
     assert stream.text[first.start : first.end] == "Green tea steeps for two minutes."
+
+
+@pytest.mark.parametrize(
+    ("text", "ends"),
+    [
+        ("Sets the maximum number of connections.", True),
+        ('He said "no."', True),
+        ("The lock is described below (see LOCK).", True),
+        ("Use the following command:", True),  # leads into what follows
+        ("It sold well.[citation needed]", True),
+        ("He graduated in 1873.:33", True),
+        ("American National Standards Institute", False),  # a definition's term
+        ("Canceling Queries in Progress Prev UpChapter 34. libpq — C LibraryHome Next", False),
+        ("Chapter 12 [3]", False),
+    ],
+)
+def test_a_sentence_ends_with_its_mark_and_perhaps_references(text: str, ends: bool) -> None:
+    assert ends_as_sentence(text) is ends
