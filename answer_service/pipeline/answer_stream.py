@@ -137,6 +137,18 @@ def _safe_end(text: str) -> int:
     return held.start() if held else len(text)
 
 
+_FENCE_LINE = re.compile(r"^[ \t]*(```|~~~)", re.M)
+
+
+def _closing_fence(shown: str) -> str:
+    """What closes a code block the answer left open (a loop stopped inside it, the token
+    limit reached in it), so that what follows it in a client is not rendered as code."""
+    fences: list[str] = _FENCE_LINE.findall(shown)
+    if len(fences) % 2 == 0:
+        return ""
+    return ("" if shown.endswith("\n") else "\n") + fences[-1]
+
+
 class _AnswerWriter:
     """Turns the model's stream into what the client gets: the guard, the citations, and the
     unsupported-sentence policy (which decides whether text is shown as it comes or a sentence
@@ -189,6 +201,8 @@ class _AnswerWriter:
         if self._policy == "mark" and tail.strip() and not guard.may_repeat(tail):
             for event in self._send_to(len(self._generated)):
                 yield event
+        for event in self._send(_closing_fence(self.emitted)):
+            yield event
         for event in self._if_nothing_shown():
             yield event
 

@@ -195,6 +195,22 @@ async def test_a_repeated_list_item_is_never_shown(index_dir: Path) -> None:
     assert "Milk is added afterwards" in text
 
 
+async def test_a_loop_stopped_inside_a_code_block_leaves_it_closed(index_dir: Path) -> None:
+    """A small model loops inside a code block ("-D usermode=read-only -D usermode=..."); the
+    guard stops it there, and the answer closes the block it left open."""
+    said = (
+        "Green tea steeps for two minutes. Run:\n\n```\nsteep " + "--minutes two --water hot " * 12
+    )
+    pieces = [piece for piece in re.split(r"(```|\n| )", said) if piece]
+    generation = ScriptedGeneration(lambda _prompt: pieces)
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped?")
+    assert done_of(events).stats.finish_reason == "repetition"
+    text = text_of(events)
+    assert text.count("```") == 2
+    assert text.endswith("\n```")
+
+
 async def test_a_repeated_code_block_is_never_shown_not_even_its_fence(index_dir: Path) -> None:
     """A code block is one unit: one that repeats a block already said is held from its
     opening fence, so leaving it out leaves no fence open in what the client was sent (a
