@@ -42,7 +42,12 @@ from answer_service.pipeline.prepared import Generation, PreparedAnswer
 from answer_service.pipeline.values import error_event
 from generation.errors import GenerationError
 from generation.guard import RepetitionGuard, Verdict
-from retrieval.sentences.splitter import SentenceSpan, SentenceStream, split_sentences
+from retrieval.sentences.splitter import (
+    SentenceSpan,
+    SentenceStream,
+    open_fence,
+    split_sentences,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,16 +142,11 @@ def _safe_end(text: str) -> int:
     return held.start() if held else len(text)
 
 
-_FENCE_LINE = re.compile(r"^[ \t]*(```|~~~)", re.M)
-
-
 def _closing_fence(shown: str) -> str:
     """What closes a code block the answer left open (a loop stopped inside it, the token
     limit reached in it), so that what follows it in a client is not rendered as code."""
-    fences: list[str] = _FENCE_LINE.findall(shown)
-    if len(fences) % 2 == 0:
-        return ""
-    return ("" if shown.endswith("\n") else "\n") + fences[-1]
+    fence = open_fence(shown)
+    return fence and ("" if shown.endswith("\n") else "\n") + fence
 
 
 class _AnswerWriter:

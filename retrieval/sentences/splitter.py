@@ -95,6 +95,12 @@ _ENDS_SENTENCE = re.compile(
 )
 
 
+def open_fence(text: str) -> str:
+    """The fence (``` or ~~~) of a code block `text` opens and leaves open, else ""."""
+    fences = [m.group(1) for line in text.splitlines() if (m := _FENCE.match(line))]
+    return fences[-1] if len(fences) % 2 == 1 else ""
+
+
 def ends_as_sentence(text: str) -> bool:
     """Whether a prose unit ends as a sentence does; a heading, a label, a definition's term or
     a page's navigation line ("Prev Up Chapter 34. libpq Home Next") does not."""
@@ -124,10 +130,10 @@ def _blocks(text: str) -> list[tuple[int, int]]:
     for gap in [*_BLANK.finditer(text), None]:
         end = gap.start() if gap is not None else len(text)
         chunk = text[at:end]
-        fences = sum(1 for line in chunk.splitlines() if _FENCE.match(line))
-        if fence_open is None and fences % 2 == 1:
+        fenced = bool(open_fence(chunk))
+        if fence_open is None and fenced:
             fence_open = at
-        elif fence_open is not None and fences % 2 == 1:
+        elif fence_open is not None and fenced:
             blocks.append((fence_open, end))
             fence_open = None
         elif fence_open is None:
@@ -256,8 +262,7 @@ class SentenceStream:
 
     def _final_cut(self) -> int:
         text = self.text
-        fences_open = sum(1 for line in text.splitlines() if _FENCE.match(line)) % 2 == 1
-        if fences_open:
+        if open_fence(text):
             return self._done
         last_blank = max((m.end() for m in _BLANK.finditer(text, self._done)), default=-1)
         last_blank_start = max((m.start() for m in _BLANK.finditer(text, self._done)), default=-1)
