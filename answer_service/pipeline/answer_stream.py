@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -132,14 +131,12 @@ def _quote_events(prepared: PreparedAnswer) -> list[PipelineEvent]:
     return events
 
 
-_TRAILING_SPACE = re.compile(r"(?<=[.!?\"')\]\u201d\u2019])\s+$")
-
-
 def _safe_end(text: str) -> int:
-    """Where text can be sent up to now: all of it but white space right after a sentence's
-    closing mark, where a citation marker may still belong."""
-    held = _TRAILING_SPACE.search(text)
-    return held.start() if held else len(text)
+    """Where text can be sent up to now: all of it but the white space it ends with, sent
+    once something follows it. After a sentence's closing mark a citation marker may still
+    belong there; at the end of the answer (a model that writes line breaks until its token
+    limit) nothing follows, and blank lines after the last word are not sent."""
+    return len(text.rstrip())
 
 
 def _closing_fence(shown: str) -> str:

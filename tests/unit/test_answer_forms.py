@@ -231,6 +231,20 @@ async def test_a_repeated_code_block_is_never_shown_not_even_its_fence(index_dir
     assert "Espresso is brewed by forcing hot water." in text
 
 
+async def test_line_breaks_a_model_writes_until_its_token_limit_are_not_sent(
+    index_dir: Path,
+) -> None:
+    """Seen on the manual: a focused answer ended "You can also use the following
+    command:" and four blank lines, the model writing line breaks until its limit. White
+    space goes out only once something follows it."""
+    said = "Green tea steeps for two minutes. You can also use:" + "\n" * 6
+    pieces = [piece for piece in re.split(r"(\n| )", said) if piece]
+    generation = ScriptedGeneration(lambda _prompt: pieces)
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+    events = await answer(pipeline, "How long is green tea steeped?")
+    assert text_of(events).endswith("You can also use:")
+
+
 async def test_an_answer_cut_short_while_repeating_shows_none_of_the_repeat(
     index_dir: Path,
 ) -> None:
