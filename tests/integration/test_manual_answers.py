@@ -24,8 +24,10 @@ ANSWERING = {
     "index-locking",
     "libpq-cancel",
     "app-postgres",
+    "ddl-system-columns",
     "routine-reindex",
     "routine-vacuuming",
+    "runtime-config-connection",
     "sql-createindex",
     "sql-dropindex",
     "sql-reindex",
@@ -59,6 +61,12 @@ def url(tiny_service: ServiceFactory, manual_index: Path) -> Iterator[str]:
     [
         ("How do I build an index without locking out writes?", "CONCURRENTLY"),
         ("What does VACUUM FULL lock?", "ACCESS EXCLUSIVE"),
+        # Definitions: the sentence leaves out what it is about, the quote names it.
+        (
+            "Which setting determines the maximum number of concurrent connections?",
+            "max_connections",
+        ),
+        ("Which system column holds the ID of the transaction that inserted a row?", "xmin"),
     ],
 )
 def test_the_answer_names_what_the_manual_says(url: str, question: str, named: str) -> None:

@@ -10,6 +10,7 @@ import math
 from retrieval.passage import Passage
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.scorer import Candidate, ScoredSentence
+from retrieval.sentences.splitter import ends_as_sentence, split_sentences
 from retrieval.sentences.store import SentenceRef
 
 
@@ -24,6 +25,22 @@ def sentences(texts: list[str], probabilities: list[float]) -> list[ScoredSenten
         score = math.log(probability / (1 - probability))
         out.append(ScoredSentence(Candidate(ref, passage, 0), probability, score=score))
         start += len(sentence) + 1
+    return sorted(out, key=lambda s: -s.probability)
+
+
+def page(text: str, probabilities: dict[str, float]) -> list[ScoredSentence]:
+    """The units of one passage as the splitter finds them (a unit that does not end as a
+    sentence is not whole, as `scorer.candidates` marks it), ranked by `probabilities` (by the
+    start of their text; 0.01 for the rest)."""
+    passage = Passage("page#0", "page", 0, "Page", text, 0, len(text))
+    out = []
+    for position, span in enumerate(split_sentences(text)):
+        unit = text[span.start : span.end]
+        whole = span.kind != "prose" or ends_as_sentence(unit)
+        ref = SentenceRef(position, 0, span.start, span.end, position, whole, span.kind)
+        probability = next((p for t, p in probabilities.items() if unit.startswith(t)), 0.01)
+        score = math.log(probability / (1 - probability))
+        out.append(ScoredSentence(Candidate(ref, passage, 0), probability, score=score))
     return sorted(out, key=lambda s: -s.probability)
 
 
@@ -135,3 +152,56 @@ def test_the_cut_counts_the_question_terms_a_window_holds_not_their_repeats() ->
     config = QuoteConfig(min_probability=0.1, max_words=30)
     (quote,) = select_quote(found, config, "When was the treaty signed?")
     assert "treaty signed" in quote.text
+
+
+# Two entries of a definition list, as the PostgreSQL manual writes its settings.
+SETTINGS = """max_connections (integer)
+
+ Determines the maximum number of concurrent connections to the
+ database server. The default is typically 100 connections.
+
+superuser_reserved_connections (integer)
+
+ Determines the number of connection slots that are reserved for
+ superusers. The default value is three connections.
+"""
+
+
+def test_a_sentence_of_a_definition_is_quoted_after_its_term() -> None:
+    """Its sentences leave out what they are about: without the term, "Determines the maximum
+    number of concurrent connections" does not say which setting does, and "The default value
+    is three connections" reads as the answer to "What is the default of max_connections?"."""
+    (quote,) = select_quote(page(SETTINGS, {"Determines the maximum": 0.9}), CONFIG)
+    assert quote.text == (
+        "max_connections (integer): Determines the maximum number of concurrent connections "
+        "to the database server."
+    )
+    assert quote.sentence.startswith("Determines the maximum")
+    (quote,) = select_quote(page(SETTINGS, {"The default value": 0.9}), CONFIG)
+    assert quote.text == (
+        "superuser_reserved_connections (integer): The default value is three connections."
+    )
+
+
+def test_a_term_is_said_once_for_the_sentences_of_its_paragraph() -> None:
+    quote = select_quote(
+        page(SETTINGS, {"Determines the maximum": 0.6, "The default is typically": 0.59}), CONFIG
+    )
+    assert [q.text for q in quote] == [
+        "max_connections (integer): Determines the maximum number of concurrent connections "
+        "to the database server.",
+        "The default is typically 100 connections.",
+    ]
+
+
+def test_headings_and_examples_are_not_terms() -> None:
+    """A section's heading, numbered or in capitalised words, would only add words; a line
+    before a paragraph that goes on in lower case is an example the sentence runs on from."""
+    for before in ("Description", "34.7. Canceling Queries in Progress", "Table-Level Locks"):
+        found = page(f"{before}\n\n TRUNCATE quickly removes all rows.\n", {"TRUNCATE": 0.9})
+        assert [q.text for q in select_quote(found, CONFIG)] == [
+            "TRUNCATE quickly removes all rows."
+        ]
+    example = "ssh -L 63333:foo.com:5432 joe@foo.com\n\n but then the server sees a local client.\n"
+    (quote,) = select_quote(page(example, {"but then": 0.9}), CONFIG)
+    assert quote.text == "but then the server sees a local client."
