@@ -13,7 +13,8 @@ whose best sentence is clear gets that sentence alone; a sentence that leads int
 it ("... as follows:") never joins. A quote is never longer than `max_words` (a longer single
 sentence is cut at a clause around what the question asks). Code blocks, headings and fragments
 of sentences are not quoted. A sentence of a definition (a manual's "max_connections (integer)"
-and the paragraph below it) is quoted after the term it defines, once per paragraph.
+and the paragraph below it: `splitter.definition_terms`) is quoted after the term it defines,
+once per paragraph.
 """
 
 from __future__ import annotations
@@ -29,21 +30,12 @@ from pathlib import Path
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
 from retrieval.sentences.scorer import ScoredSentence, weights_file_text
-from retrieval.sentences.splitter import ends_as_sentence
 from retrieval.sentences.terms import content_terms
 
 _LEANS_BACK = re.compile(
     r"^(it|its|they|their|them|this|these|those|that|he|his|she|her|such|there|here|"
     r"the latter|the former|both|also|however|thus|therefore|then)\b",
     re.I,
-)
-# A definition's term is at most this long ("pg_cancel_backend ( pid integer ) → boolean").
-_TERM_WORDS = 12
-_BLANK = re.compile(r"\n[ \t]*\n")
-_SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
-_HEADING_WORD = re.compile(
-    r"[A-Z][a-z'\u2019]*(?:-[A-Za-z]+)*|\d[\d.]*|"
-    r"a|an|and|as|at|by|for|from|in|of|on|or|the|to|with|vs\.?|[\u2013\u2014:&-]"
 )
 
 
@@ -82,15 +74,14 @@ def select_quote(
     if not usable or usable[0].probability < config.min_probability:
         return []
     best = usable[0]
-    terms = _Terms(scored)
-    picked = _with_follow_on(_with_lead_in(best, scored, terms), best, scored, config)
+    picked = _with_follow_on(_with_lead_in(best, scored), best, scored, config)
     words = sum(len(s.text.split()) for s in picked)
     for other, chance in zip(usable[1:], _chances(usable)[1:], strict=True):
         if len(picked) >= config.max_sentences:
             break
         if any(_same(other, p) for p in picked) or _leads_on(other):
             continue
-        quoted = terms.labelled(other, picked)
+        quoted = _quoted(other, picked)
         extra = len(quoted.text.split())
         if chance < config.words_weight * extra or words + extra > config.max_words:
             continue
@@ -122,82 +113,16 @@ def _leads_on(sentence: ScoredSentence) -> bool:
     return sentence.candidate.text.rstrip().endswith(":")
 
 
-def _quoted(sentence: ScoredSentence, label: str = "") -> QuotedSentence:
+def _quoted(sentence: ScoredSentence, before: Sequence[QuotedSentence] = ()) -> QuotedSentence:
+    """The sentence as quoted: after the term it defines (a definition's sentences leave out
+    what they are about), unless a sentence quoted before it already carries that term."""
     c = sentence.candidate
     text = _readable(c.text)
+    term = c.term
+    if any(q.passage.doc_id == c.passage.doc_id and q.term == term for q in before):
+        term = ""
     return QuotedSentence(
-        f"{label}: {text}" if label else text, c.passage, c.rank, sentence.probability, label
-    )
-
-
-class _Terms:
-    """The term a sentence's paragraph defines, where it is one: the short line of its own
-    right before the paragraph that does not end as a sentence does. Reference manuals are
-    written as such definition lists ("max_connections (integer)" and, below it,
-    "Determines the maximum number of concurrent connections ..."; "xmin" and "The identity
-    of the inserting transaction ..."): their sentences leave out what they are about, so a
-    quote of one without its term does not say which setting, column or function it
-    describes. A section's heading is not a term (`_heading`), nor is a code block or a list
-    item, nor a line before a paragraph that goes on in lower case (after an example)."""
-
-    def __init__(self, scored: Sequence[ScoredSentence]) -> None:
-        self._units = {(s.candidate.ref.row, s.candidate.ref.position): s for s in scored}
-
-    def labelled(
-        self, sentence: ScoredSentence, before: Sequence[QuotedSentence] = ()
-    ) -> QuotedSentence:
-        """The sentence quoted after its paragraph's term (unless a sentence quoted before it
-        already carries that term)."""
-        term = self.term(sentence)
-        plain = _quoted(sentence)
-        if not term or any(
-            q.passage.doc_id == plain.passage.doc_id and q.term == term for q in before
-        ):
-            return plain
-        return _quoted(sentence, term)
-
-    def term(self, sentence: ScoredSentence) -> str:
-        ref, passage = sentence.candidate.ref, sentence.candidate.passage
-        text = passage.text
-        first = sentence
-        while (
-            previous := self._units.get((ref.row, first.candidate.ref.position - 1))
-        ) is not None and not _BLANK.search(
-            text, previous.candidate.ref.end, first.candidate.ref.start
-        ):
-            first = previous
-        if (
-            previous is None
-            or first.candidate.ref.kind != "prose"
-            or not first.candidate.text[:1].isupper()  # a paragraph going on after an example
-        ):
-            return ""
-        term = previous.candidate
-        earlier = self._units.get((ref.row, term.ref.position - 1))
-        own_line = (
-            _BLANK.search(text, earlier.candidate.ref.end, term.ref.start) is not None
-            if earlier is not None
-            else term.ref.position == 0 and passage.position == 0
-        )
-        label = _readable(term.text)
-        if (
-            not own_line
-            or term.ref.kind != "prose"
-            or len(label.split()) > _TERM_WORDS
-            or ends_as_sentence(label)
-            or _heading(label)
-        ):
-            return ""
-        return label
-
-
-def _heading(line: str) -> bool:
-    """Whether a line is a section's heading ("Description", "34.7. Canceling Queries in
-    Progress", "Table 9.88. Server Signaling Functions") rather than a term: numbered, or
-    capitalised words alone. A term names something (an identifier, a keyword, a signature,
-    an option); a heading before a quote would only add words."""
-    return bool(_SECTION_NUMBER.match(line)) or all(
-        _HEADING_WORD.fullmatch(word) for word in line.split()
+        f"{term}: {text}" if term else text, c.passage, c.rank, sentence.probability, term
     )
 
 
@@ -210,12 +135,9 @@ def _same(sentence: ScoredSentence, quoted: QuotedSentence) -> bool:
     return _readable(sentence.candidate.text) == quoted.sentence
 
 
-def _with_lead_in(
-    best: ScoredSentence, scored: Sequence[ScoredSentence], terms: _Terms
-) -> list[QuotedSentence]:
-    """The best sentence (after its term, where it defines one), after the one before it in
-    its passage when it leans on it."""
-    quoted = terms.labelled(best)
+def _with_lead_in(best: ScoredSentence, scored: Sequence[ScoredSentence]) -> list[QuotedSentence]:
+    """The best sentence, after the one before it in its passage when it leans on it."""
+    quoted = _quoted(best)
     if not _LEANS_BACK.match(best.candidate.text) or best.candidate.ref.position == 0:
         return [quoted]
     ref = best.candidate.ref
@@ -229,8 +151,8 @@ def _with_lead_in(
     )
     if before is None or before.candidate.ref.kind == "code" or not before.candidate.ref.whole:
         return [quoted]  # no sentence to lean on: a window's cut fragment, a heading, code
-    lead = dataclasses.replace(terms.labelled(before), probability=quoted.probability)
-    return [lead, terms.labelled(best, [lead])]
+    lead = dataclasses.replace(_quoted(before), probability=quoted.probability)
+    return [lead, _quoted(best, [lead])]
 
 
 def _with_follow_on(

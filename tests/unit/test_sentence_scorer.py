@@ -4,6 +4,8 @@ the answering sentence first for a plain question, and the shipped weights reada
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -114,3 +116,36 @@ def test_a_heading_or_a_navigation_line_is_not_a_whole_sentence() -> None:
     headings = [t for t in whole if "Canceling" in t or "Next" in t]
     assert headings
     assert not any(whole[t] for t in headings)
+
+
+def test_a_definitions_sentence_is_scored_with_the_term_it_defines() -> None:
+    """ "The default is five minutes." says it of checkpoint_timeout: asked for the default of
+    checkpoint_timeout, the scorer sees that sentence hold the setting's name."""
+    text = (
+        "checkpoint_timeout (integer)\n\n Maximum time between automatic WAL checkpoints.\n"
+        " The default is five minutes (5min).\n\n"
+        "checkpoint_completion_target (floating point)\n\n Specifies the target of checkpoint"
+        " completion. The default is 0.9.\n"
+    )
+    passage = Passage("wal#0", "wal", 0, "WAL Configuration", text, 0, len(text))
+    store = SentenceStore.build([passage], HashEmbedder())
+    found = candidates(store, [(0, passage)])
+    by_text = {c.text: c for c in found}
+    five = by_text["The default is five minutes (5min)."]
+    assert five.term == "checkpoint_timeout (integer)"
+    assert five.with_term == "checkpoint_timeout (integer): The default is five minutes (5min)."
+    assert by_text["The default is 0.9."].term == "checkpoint_completion_target (floating point)"
+    question = "What is the default value of checkpoint_timeout?"
+    vector = HashEmbedder().encode([question])[0]
+    matrix = feature_matrix(question, vector, found, store)
+    cover = matrix[:, FEATURES.index("cover")]
+    other = by_text["The default is 0.9."]
+    assert cover[found.index(five)] > cover[found.index(other)]
+    # Without the term the two sentences say the same of the question: only "default".
+    alone = feature_matrix(
+        question, vector, [dataclasses.replace(c, term="") for c in found], store
+    )
+    assert (
+        alone[found.index(five), FEATURES.index("cover")]
+        == alone[found.index(other), FEATURES.index("cover")]
+    )

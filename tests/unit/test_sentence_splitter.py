@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.sentences.splitter import SentenceStream, ends_as_sentence, split_sentences
+from retrieval.sentences.splitter import (
+    SentenceStream,
+    definition_terms,
+    ends_as_sentence,
+    split_sentences,
+)
 
 
 def sentences(text: str) -> list[str]:
@@ -129,3 +134,65 @@ def test_a_streamed_sentence_is_released_once_the_next_one_starts() -> None:
 )
 def test_a_sentence_ends_with_its_mark_and_perhaps_references(text: str, ends: bool) -> None:
     assert ends_as_sentence(text) is ends
+
+
+def terms_of(text: str) -> dict[str, str]:
+    """Each unit's text (on one line) and the term of its paragraph."""
+    spans = split_sentences(text)
+    return {
+        " ".join(text[s.start : s.end].split()): term
+        for s, term in zip(spans, definition_terms(text, spans), strict=True)
+    }
+
+
+def test_a_definitions_sentences_carry_the_term_it_defines() -> None:
+    """The PostgreSQL manual's settings, columns, functions and lock modes are definition
+    lists: a short line of its own, then the paragraph that defines it."""
+    text = (
+        "max_connections (integer)\n\n Determines the maximum number of concurrent\n"
+        " connections. The default is typically 100 connections.\n\n"
+        " When running a standby server, set it as high as on the primary.\n\n"
+        "pg_cancel_backend ( pid integer )\n → boolean\n\n Cancels the current query.\n"
+    )
+    assert terms_of(text) == {
+        "max_connections (integer)": "",
+        "Determines the maximum number of concurrent connections.": "max_connections (integer)",
+        "The default is typically 100 connections.": "max_connections (integer)",
+        # Only the paragraph right below the term: a later one may be about anything.
+        "When running a standby server, set it as high as on the primary.": "",
+        "pg_cancel_backend ( pid integer ) → boolean": "",
+        "Cancels the current query.": "pg_cancel_backend ( pid integer ) → boolean",
+    }
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "Description",  # a reference page's section
+        "34.7. Canceling Queries in Progress",  # a numbered heading
+        "Table 9.88. Server Signaling Functions",  # a caption
+        "Table-Level Lock Modes",
+        "The default is 100.",  # a sentence, not a term
+        "REFRESH MATERIALIZED VIEW order_summary;",  # the example before it
+        "a line in a paragraph\nthat is not a term line\nbut the end of a longer block of text",
+    ],
+)
+def test_headings_sentences_and_code_are_not_terms(before: str) -> None:
+    text = f"{before}\n\n TRUNCATE quickly removes all rows.\n"
+    assert terms_of(text)["TRUNCATE quickly removes all rows."] == ""
+
+
+def test_a_paragraph_running_on_after_an_example_has_no_term() -> None:
+    text = "ssh -L 63333:foo.com:5432 joe@foo.com\n\n but then the server sees a local client.\n"
+    assert terms_of(text)["but then the server sees a local client."] == ""
+
+
+def test_a_window_that_may_start_inside_a_line_has_no_term_at_its_start() -> None:
+    """A passage window after a page's first starts wherever the window fell: its first line
+    may be the tail of a function's signature."""
+    text = "( pid integer, timeout bigint DEFAULT 0 ) → boolean\n\n Terminates the session.\n"
+    spans = split_sentences(text)
+    assert (
+        definition_terms(text, spans)[-1] == "( pid integer, timeout bigint DEFAULT 0 ) → boolean"
+    )
+    assert definition_terms(text, spans, starts_cut=True)[-1] == ""
