@@ -4,6 +4,7 @@ embedder, no model weights) and an `AnswerPipeline` assembled from it and the in
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,13 @@ from budget.forms import AnswerMode
 from generation.client import GenerationClient
 from retrieval.embedder import Embedder
 from retrieval.index.builder import build_index
+from retrieval.passage import Passage
 from retrieval.retriever import Retriever
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import read_quote_config
+from retrieval.sentences.scorer import Candidate, ScoredSentence
+from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
+from retrieval.sentences.store import SentenceRef
 from tests.fakes.hash_embedder import HashEmbedder
 from tests.fakes.scripted_generation import ScriptedGeneration, words
 from tests.fakes.word_template import WordTemplate
@@ -90,3 +95,21 @@ def make_pipeline(
         ),
     )
     return pipeline, exporter
+
+
+def scored_page(text: str, probabilities: dict[str, float]) -> list[ScoredSentence]:
+    """The units of one passage as the splitter finds them (a unit that does not end as a
+    sentence is not whole, as `scorer.candidates` marks it), ranked by `probabilities` (by the
+    start of their text; 0.01 for the rest)."""
+    passage = Passage("page#0", "page", 0, "Page", text, 0, len(text))
+    out = []
+    spans = split_sentences(text)
+    terms = definition_terms(text, spans)
+    for position, (span, term) in enumerate(zip(spans, terms, strict=True)):
+        unit = text[span.start : span.end]
+        whole = span.kind != "prose" or ends_as_sentence(unit)
+        ref = SentenceRef(position, 0, span.start, span.end, position, whole, span.kind)
+        probability = next((p for t, p in probabilities.items() if unit.startswith(t)), 0.01)
+        score = math.log(probability / (1 - probability))
+        out.append(ScoredSentence(Candidate(ref, passage, 0, term), probability, score=score))
+    return sorted(out, key=lambda s: -s.probability)

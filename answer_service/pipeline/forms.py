@@ -28,7 +28,7 @@ from budget.query_quality import QueryQuality, question_kind
 from generation.prompt_layout import ContextPassage
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import QuoteConfig
-from retrieval.sentences.scorer import FEATURES, ScoredSentence, best_probabilities
+from retrieval.sentences.scorer import FEATURES, Candidate, ScoredSentence, best_probabilities
 
 # Prompt tokens of one focused excerpt (a sentence and its neighbours) and of one passage, for
 # the first-token prediction of each form before its prompt is laid out.
@@ -181,8 +181,9 @@ def focused_excerpts(
     sentences: Sequence[ScoredSentence], groups: int, neighbours: int
 ) -> list[ContextPassage]:
     """One excerpt per passage for the `groups` passages holding the best sentences: those
-    sentences and `neighbours` on each side, in the passage's order, gaps marked with "…".
-    Numbered in the order of their best sentence."""
+    sentences and `neighbours` on each side, in the passage's order, gaps marked with "…", a
+    definition's sentences after the term they define. Numbered in the order of their best
+    sentence."""
     chosen: dict[int, list[int]] = {}
     for scored in sentences:
         ref = scored.candidate.ref
@@ -193,23 +194,29 @@ def focused_excerpts(
         chosen.setdefault(ref.row, []).append(ref.position)
         if len(chosen) >= groups and sum(map(len, chosen.values())) >= 2 * groups:
             break
-    by_row = {s.candidate.ref.row: s.candidate for s in sentences}
-    spans_of: dict[int, dict[int, tuple[int, int]]] = {}
+    units: dict[int, dict[int, Candidate]] = {}
     for scored in sentences:
         ref = scored.candidate.ref
-        spans_of.setdefault(ref.row, {})[ref.position] = (ref.start, ref.end)
+        units.setdefault(ref.row, {})[ref.position] = scored.candidate
     excerpts: list[ContextPassage] = []
     for number, (row, positions) in enumerate(chosen.items(), start=1):
-        passage = by_row[row].passage
-        spans = spans_of[row]
+        of_row = units[row]
+        passage = next(iter(of_row.values())).passage
         keep = sorted(
-            {p + d for p in positions for d in range(-neighbours, neighbours + 1)} & set(spans)
+            {p + d for p in positions for d in range(-neighbours, neighbours + 1)} & set(of_row)
         )
         parts: list[str] = []
+        said: set[str] = set()  # the terms of definitions this excerpt has named
         for i, position in enumerate(keep):
             if i and position != keep[i - 1] + 1:
                 parts.append("…")
-            start, end = spans[position]
-            parts.append(passage.text[start:end])
+            unit = of_row[position]
+            if unit.term and unit.term not in said:
+                # A definition's sentence after the term it defines, unless the excerpt has
+                # just given the term's own line.
+                said.add(unit.term)
+                if not parts or " ".join(parts[-1].split()) != unit.term:
+                    parts.append(f"{unit.term}:")
+            parts.append(unit.text)
         excerpts.append(ContextPassage(number, passage.passage_id, passage.title, " ".join(parts)))
     return excerpts

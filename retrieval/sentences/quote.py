@@ -103,7 +103,8 @@ def _quotable(sentence: ScoredSentence, config: QuoteConfig) -> bool:
     return (
         ref.whole
         and ref.kind != "code"
-        and len(sentence.candidate.text.split()) >= config.min_words
+        # Its term counts: "fillfactor (integer): Default is 100." says something whole.
+        and len(sentence.candidate.with_term.split()) >= config.min_words
     )
 
 

@@ -10,8 +10,8 @@ import math
 from retrieval.passage import Passage
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.scorer import Candidate, ScoredSentence
-from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
 from retrieval.sentences.store import SentenceRef
+from tests.builders import scored_page
 
 
 def sentences(texts: list[str], probabilities: list[float]) -> list[ScoredSentence]:
@@ -25,24 +25,6 @@ def sentences(texts: list[str], probabilities: list[float]) -> list[ScoredSenten
         score = math.log(probability / (1 - probability))
         out.append(ScoredSentence(Candidate(ref, passage, 0), probability, score=score))
         start += len(sentence) + 1
-    return sorted(out, key=lambda s: -s.probability)
-
-
-def page(text: str, probabilities: dict[str, float]) -> list[ScoredSentence]:
-    """The units of one passage as the splitter finds them (a unit that does not end as a
-    sentence is not whole, as `scorer.candidates` marks it), ranked by `probabilities` (by the
-    start of their text; 0.01 for the rest)."""
-    passage = Passage("page#0", "page", 0, "Page", text, 0, len(text))
-    out = []
-    spans = split_sentences(text)
-    terms = definition_terms(text, spans)
-    for position, (span, term) in enumerate(zip(spans, terms, strict=True)):
-        unit = text[span.start : span.end]
-        whole = span.kind != "prose" or ends_as_sentence(unit)
-        ref = SentenceRef(position, 0, span.start, span.end, position, whole, span.kind)
-        probability = next((p for t, p in probabilities.items() if unit.startswith(t)), 0.01)
-        score = math.log(probability / (1 - probability))
-        out.append(ScoredSentence(Candidate(ref, passage, 0, term), probability, score=score))
     return sorted(out, key=lambda s: -s.probability)
 
 
@@ -173,13 +155,13 @@ def test_a_sentence_of_a_definition_is_quoted_after_its_term() -> None:
     """Its sentences leave out what they are about: without the term, "Determines the maximum
     number of concurrent connections" does not say which setting does, and "The default value
     is three connections" reads as the answer to "What is the default of max_connections?"."""
-    (quote,) = select_quote(page(SETTINGS, {"Determines the maximum": 0.9}), CONFIG)
+    (quote,) = select_quote(scored_page(SETTINGS, {"Determines the maximum": 0.9}), CONFIG)
     assert quote.text == (
         "max_connections (integer): Determines the maximum number of concurrent connections "
         "to the database server."
     )
     assert quote.sentence.startswith("Determines the maximum")
-    (quote,) = select_quote(page(SETTINGS, {"The default value": 0.9}), CONFIG)
+    (quote,) = select_quote(scored_page(SETTINGS, {"The default value": 0.9}), CONFIG)
     assert quote.text == (
         "superuser_reserved_connections (integer): The default value is three connections."
     )
@@ -187,10 +169,23 @@ def test_a_sentence_of_a_definition_is_quoted_after_its_term() -> None:
 
 def test_a_term_is_said_once_for_the_sentences_of_its_paragraph() -> None:
     quote = select_quote(
-        page(SETTINGS, {"Determines the maximum": 0.6, "The default is typically": 0.59}), CONFIG
+        scored_page(SETTINGS, {"Determines the maximum": 0.6, "The default is typically": 0.59}),
+        CONFIG,
     )
     assert [q.text for q in quote] == [
         "max_connections (integer): Determines the maximum number of concurrent connections "
         "to the database server.",
         "The default is typically 100 connections.",
+    ]
+
+
+def test_a_short_sentence_of_a_definition_counts_its_term() -> None:
+    """ "Default is 100." alone is too short to quote (a fragment may be that short); after its
+    term it answers."""
+    text = "fillfactor (integer)\n\n Default is 100. It must be between 10 and 100.\n"
+    quote = select_quote(scored_page(text, {"Default": 0.9}), CONFIG)
+    assert quote[0].text == "fillfactor (integer): Default is 100."
+    plain = "Some text before it.\n\n Default is 100. It must be between 10 and 100.\n"
+    assert "Default is 100." not in [
+        q.text for q in select_quote(scored_page(plain, {"Default": 0.9}), CONFIG)
     ]
