@@ -90,6 +90,8 @@ _ABBREVIATIONS = frozenset(
 )
 # A definition's term is at most this long ("pg_cancel_backend ( pid integer ) → boolean").
 _TERM_WORDS = 12
+# Markdown's headings: "## Configuration", or a title underlined with = or -.
+_MARKED_HEADING = re.compile(r"^#{1,6}\s|\s[=-]{3,}$")
 _SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
 _HEADING_WORD = re.compile(
     r"[A-Z][a-z'\u2019]*(?:-[A-Za-z]+)*|\d[\d.]*|"
@@ -126,8 +128,8 @@ def definition_terms(
     database server. The default is typically 100 connections."; "xmin" and "The identity
     (transaction ID) of the inserting transaction for this row version." Their sentences leave
     out what they are about. The term is the short block of one prose unit right before the
-    paragraph that does not end as a sentence does; a section's heading (numbered, or
-    capitalised words alone: "Description", "34.7. Canceling Queries in Progress") is not one,
+    paragraph that does not end as a sentence does; a section's heading (numbered, Markdown's,
+    or capitalised words alone: "Description", "34.7. Canceling Queries in Progress") is not one,
     nor a line before a paragraph that is code, a list or goes on in lower case (a sentence
     running on after an example). `starts_cut`: the text is a window that may start inside
     a line ("( pid integer ) → boolean"), so its first unit is no term."""
@@ -162,7 +164,7 @@ def _term_before(text: str, spans: Sequence[SentenceSpan], first: int) -> str:
 def _heading(line: str) -> bool:
     """Whether a line is a section's heading rather than a term: numbered, or capitalised
     words alone. A term names something: an identifier, a keyword, a signature, an option."""
-    return bool(_SECTION_NUMBER.match(line)) or all(
+    return bool(_SECTION_NUMBER.match(line) or _MARKED_HEADING.search(line)) or all(
         _HEADING_WORD.fullmatch(word) for word in line.split()
     )
 

@@ -172,6 +172,8 @@ def test_a_definitions_sentences_carry_the_term_it_defines() -> None:
         "34.7. Canceling Queries in Progress",  # a numbered heading
         "Table 9.88. Server Signaling Functions",  # a caption
         "Table-Level Lock Modes",
+        "## configuration_file",  # Markdown's headings
+        "the_settings\n============",
         "The default is 100.",  # a sentence, not a term
         "REFRESH MATERIALIZED VIEW order_summary;",  # the example before it
         "a line in a paragraph\nthat is not a term line\nbut the end of a longer block of text",
