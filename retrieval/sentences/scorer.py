@@ -41,7 +41,12 @@ import numpy.typing as npt
 from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
-from retrieval.sentences.splitter import SentenceSpan, definition_terms, ends_as_sentence
+from retrieval.sentences.splitter import (
+    SentenceSpan,
+    definition_terms,
+    ends_as_sentence,
+    starts_as_sentence,
+)
 from retrieval.sentences.store import SentenceRef, SentenceStore
 from retrieval.sentences.terms import Idf, content_terms, term_list
 
@@ -205,8 +210,9 @@ def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[floa
 
 def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
-    unit that does not end as a sentence does (a heading, a label, a page's navigation line)
-    is not whole, like a fragment a window cut: it is scored but never quoted. A sentence of a
+    unit that does not end as a sentence does (a heading, a label, a page's navigation line),
+    or starts as the rest of one ("but then ..." after an example), is not whole, like a
+    fragment a window cut: it is scored but never quoted. A sentence of a
     definition carries its term."""
     found = []
     for rank, (row, passage) in enumerate(passages):
@@ -219,12 +225,10 @@ def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) ->
 
 
 def _as_found(ref: SentenceRef, passage: Passage) -> SentenceRef:
-    if (
-        ref.whole
-        and ref.kind == "prose"
-        and not ends_as_sentence(passage.text[ref.start : ref.end])
-    ):
-        return dataclasses.replace(ref, whole=False)
+    if ref.whole and ref.kind == "prose":
+        text = passage.text[ref.start : ref.end]
+        if not ends_as_sentence(text) or not starts_as_sentence(text):
+            return dataclasses.replace(ref, whole=False)
     return ref
 
 

@@ -90,6 +90,11 @@ _ABBREVIATIONS = frozenset(
 )
 # A definition's term is at most this long ("pg_cancel_backend ( pid integer ) → boolean").
 _TERM_WORDS = 12
+# The first word of the rest of a sentence, not of a sentence.
+_RUNS_ON = re.compile(
+    r"(?:and|but|or|nor|so|yet|then|which|whose|whom|where|whereas|while|because|although|"
+    r"though|unless|until|than|that|if|when|with|without|for|to|of|in|on|at|by|from|as)\b"
+)
 # Markdown's headings: "## Configuration", or a title underlined with = or -.
 _MARKED_HEADING = re.compile(r"^#{1,6}\s|\s[=-]{3,}$")
 _SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
@@ -167,6 +172,14 @@ def _heading(line: str) -> bool:
     return bool(_SECTION_NUMBER.match(line) or _MARKED_HEADING.search(line)) or all(
         _HEADING_WORD.fullmatch(word) for word in line.split()
     )
+
+
+def starts_as_sentence(text: str) -> bool:
+    """Whether a prose unit starts as a sentence can: not in a lower-case conjunction or
+    relative word ("but then the server sees ...", "which is why ..."), the rest of a sentence
+    an example or a code block interrupted. An identifier may start a sentence in lower case
+    ("pg_dump only dumps a single database.")."""
+    return _RUNS_ON.match(text) is None
 
 
 def split_sentences(text: str) -> list[SentenceSpan]:

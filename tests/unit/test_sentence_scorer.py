@@ -149,3 +149,18 @@ def test_a_definitions_sentence_is_scored_with_the_term_it_defines() -> None:
         alone[found.index(five), FEATURES.index("cover")]
         == alone[found.index(other), FEATURES.index("cover")]
     )
+
+
+def test_the_rest_of_a_sentence_after_an_example_is_not_whole() -> None:
+    """The manual breaks a sentence around a command; what follows the command is not a
+    sentence to quote on its own."""
+    text = (
+        "Then make a connection to the server with:\n\n ssh -L 63333:foo.com:5432 joe@foo.com"
+        "\n\n but then the server sees the connection as coming from foo.com. The tunnel"
+        " is encrypted."
+    )
+    passage = Passage("ssh-tunnels#0", "ssh-tunnels", 0, "SSH Tunnels", text, 0, len(text))
+    store = SentenceStore.build([passage], HashEmbedder())
+    whole = {c.text: c.ref.whole for c in candidates(store, [(0, passage)])}
+    assert not whole["but then the server sees the connection as coming from foo.com."]
+    assert whole["The tunnel is encrypted."]

@@ -10,6 +10,7 @@ from retrieval.sentences.splitter import (
     definition_terms,
     ends_as_sentence,
     split_sentences,
+    starts_as_sentence,
 )
 
 
@@ -198,3 +199,18 @@ def test_a_window_that_may_start_inside_a_line_has_no_term_at_its_start() -> Non
         definition_terms(text, spans)[-1] == "( pid integer, timeout bigint DEFAULT 0 ) → boolean"
     )
     assert definition_terms(text, spans, starts_cut=True)[-1] == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "starts"),
+    [
+        ("The default is 100.", True),
+        ("pg_dump only dumps a single database.", True),  # an identifier
+        ("xmin is the inserting transaction.", True),
+        ("but then the server sees a local client.", False),  # after an example
+        ("which is why the lock is taken.", False),
+        ("andrew's patch fixed it.", True),  # a word, not "and"
+    ],
+)
+def test_a_sentence_does_not_start_as_the_rest_of_one(text: str, starts: bool) -> None:
+    assert starts_as_sentence(text) is starts
