@@ -98,9 +98,10 @@ _RUNS_ON = re.compile(
 # Markdown's headings: "## Configuration", or a title underlined with = or -.
 _MARKED_HEADING = re.compile(r"^#{1,6}\s|\s[=-]{3,}$")
 _SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
+# A heading's words: plain words, perhaps capitalised ("Early life", "Table-Level Lock Modes"),
+# numbers and dashes; a term's are identifiers, keywords in capitals, signatures, options.
 _HEADING_WORD = re.compile(
-    r"[A-Z][a-z'\u2019]*(?:-[A-Za-z]+)*|\d[\d.]*|"
-    r"a|an|and|as|at|by|for|from|in|of|on|or|the|to|with|vs\.?|[\u2013\u2014:&-]"
+    r"[A-Za-z][a-z'\u2019]*(?:-[A-Za-z][a-z'\u2019]*)*,?|\d[\d.]*|vs\.|[\u2013\u2014:&-]"
 )
 _WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
 # How a sentence ends: its mark (a colon too: a sentence may lead into what follows), closing
@@ -160,6 +161,7 @@ def _term_before(text: str, spans: Sequence[SentenceSpan], first: int) -> str:
         or len(line.split()) > _TERM_WORDS
         or ends_as_sentence(line)
         or line.endswith(";")  # a statement: an example, not a term
+        or not any(c.isalpha() for c in line)  # a number: a table's cell
         or _heading(line)
     ):
         return ""
@@ -167,10 +169,12 @@ def _term_before(text: str, spans: Sequence[SentenceSpan], first: int) -> str:
 
 
 def _heading(line: str) -> bool:
-    """Whether a line is a section's heading rather than a term: numbered, or capitalised
-    words alone. A term names something: an identifier, a keyword, a signature, an option."""
-    return bool(_SECTION_NUMBER.match(line) or _MARKED_HEADING.search(line)) or all(
-        _HEADING_WORD.fullmatch(word) for word in line.split()
+    """Whether a line is a section's heading rather than a term: numbered, marked, or plain
+    words that start with a capital ("Description", "Early life and career"). A term names
+    something: an identifier ("xmin", "max_connections (integer)"), a keyword in capitals
+    ("ACCESS EXCLUSIVE"), a signature, an option ("-h hostname")."""
+    return bool(_SECTION_NUMBER.match(line) or _MARKED_HEADING.search(line)) or (
+        line[:1].isupper() and all(_HEADING_WORD.fullmatch(word) for word in line.split())
     )
 
 

@@ -173,6 +173,7 @@ def test_a_definitions_sentences_carry_the_term_it_defines() -> None:
         "34.7. Canceling Queries in Progress",  # a numbered heading
         "Table 9.88. Server Signaling Functions",  # a caption
         "Table-Level Lock Modes",
+        "Early life and career",  # a heading in sentence case, as Wikipedia writes them
         "## configuration_file",  # Markdown's headings
         "the_settings\n============",
         "The default is 100.",  # a sentence, not a term
