@@ -223,7 +223,8 @@ class _AnswerWriter:
         # line that closes it): held from the first one that could be a repeat.
         for span in split_sentences(self._generated[open_from:]):
             if guard.may_repeat(self._generated[open_from + span.start : open_from + span.end]):
-                return min(end, open_from + span.start)
+                # With the white space before it: a unit left out leaves no blank line behind.
+                return min(end, _safe_end(self._generated[: open_from + span.start]))
         return end
 
     def _finished(

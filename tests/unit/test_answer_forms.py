@@ -229,6 +229,9 @@ async def test_a_repeated_code_block_is_never_shown_not_even_its_fence(index_dir
     assert text.count("CREATE INDEX") == 1
     assert text.count("```") == 2
     assert "Espresso is brewed by forcing hot water." in text
+    # Nor the blank line before the block left out (seen on the manual: an answer ending in
+    # "You can also use the following command:" and blank lines).
+    assert text.endswith("You can also use:"), repr(text[-40:])
 
 
 async def test_line_breaks_a_model_writes_until_its_token_limit_are_not_sent(
