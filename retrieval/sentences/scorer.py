@@ -43,6 +43,7 @@ from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
 from retrieval.sentences.splitter import (
     SentenceSpan,
+    contents_blocks,
     definition_terms,
     ends_as_sentence,
     starts_as_sentence,
@@ -211,15 +212,18 @@ def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[floa
 def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
     unit that does not end as a sentence does (a heading, a label, a page's navigation line),
-    or starts as the rest of one ("but then ..." after an example), is not whole, like a
-    fragment a window cut: it is scored but never quoted. A sentence of a
+    or starts as the rest of one ("but then ..." after an example), or is a line of a table
+    of contents, is not whole, like a fragment a window cut: it is scored but never quoted. A sentence of a
     definition carries its term."""
     found = []
     for rank, (row, passage) in enumerate(passages):
         refs = store.of(row)
         spans = [SentenceSpan(ref.start, ref.end, ref.kind) for ref in refs]
         terms = definition_terms(passage.text, spans, starts_cut=passage.position > 0)
+        contents = contents_blocks(passage.text)
         for ref, term in zip(refs, terms, strict=True):
+            if any(start <= ref.start < end for start, end in contents):
+                ref = dataclasses.replace(ref, whole=False)  # a table of contents' line
             found.append(Candidate(_as_found(ref, passage), passage, rank, term))
     return found
 

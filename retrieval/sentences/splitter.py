@@ -95,6 +95,8 @@ _RUNS_ON = re.compile(
     r"(?:and|but|or|nor|so|yet|then|which|whose|whom|where|whereas|while|because|although|"
     r"though|unless|until|than|that|if|when|with|without|for|to|of|in|on|at|by|from|as)\b"
 )
+# A line of a table of contents: a section's number (two levels or more), then its title.
+_SECTION_LINE = re.compile(r"\s*\d+(?:\.\d+)+\.?\s+\S")
 # Markdown's headings: "## Configuration", or a title underlined with = or -.
 _MARKED_HEADING = re.compile(r"^#{1,6}\s|\s[=-]{3,}$")
 _SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
@@ -121,6 +123,20 @@ def ends_as_sentence(text: str) -> bool:
     """Whether a prose unit ends as a sentence does; a heading, a label, a definition's term or
     a page's navigation line ("Prev Up Chapter 34. libpq Home Next") does not."""
     return _ENDS_SENTENCE.search(text) is not None
+
+
+def contents_blocks(text: str) -> list[tuple[int, int]]:
+    """The blocks of `text` that are a table of contents: lines that mostly start with a
+    section's number ("14.1.1. EXPLAIN Basics", "14.1.2. EXPLAIN ANALYZE"). Split as prose
+    they make units like "EXPLAIN ANALYZE 14.1.3.", which end with a dot and are no
+    sentence."""
+    found = []
+    for start, end in _blocks(text):
+        lines = [line for line in text[start:end].splitlines() if line.strip()]
+        numbered = sum(1 for line in lines if _SECTION_LINE.match(line))
+        if numbered >= 2 and 2 * numbered >= len(lines):
+            found.append((start, end))
+    return found
 
 
 def definition_terms(

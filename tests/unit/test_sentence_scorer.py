@@ -164,3 +164,22 @@ def test_the_rest_of_a_sentence_after_an_example_is_not_whole() -> None:
     whole = {c.text: c.ref.whole for c in candidates(store, [(0, passage)])}
     assert not whole["but then the server sees the connection as coming from foo.com."]
     assert whole["The tunnel is encrypted."]
+
+
+def test_a_table_of_contents_has_no_whole_sentence() -> None:
+    """A manual's page lists its sections before its text; split as prose its lines make
+    "EXPLAIN ANALYZE 14.1.3.", which ends with a dot and is no sentence (quoted, or read as
+    the best sentence, it made the service say it does not know what EXPLAIN ANALYZE does)."""
+    text = (
+        "14.1. Using EXPLAIN\n\n14.1.1. EXPLAIN Basics\n14.1.2. EXPLAIN ANALYZE\n"
+        "14.1.3. Caveats\n\n PostgreSQL devises a query plan for each query it receives."
+    )
+    passage = Passage("using-explain#0", "using-explain", 0, "Using EXPLAIN", text, 0, len(text))
+    store = SentenceStore.build([passage], HashEmbedder())
+    whole = {" ".join(c.text.split()): c.ref.whole for c in candidates(store, [(0, passage)])}
+    assert whole["PostgreSQL devises a query plan for each query it receives."]
+    contents = [
+        t for t in whole if "EXPLAIN" in t and "devises" not in t and t != "14.1. Using EXPLAIN"
+    ]
+    assert contents
+    assert not any(whole[t] for t in contents), whole

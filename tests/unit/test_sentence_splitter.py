@@ -7,6 +7,7 @@ import pytest
 
 from retrieval.sentences.splitter import (
     SentenceStream,
+    contents_blocks,
     definition_terms,
     ends_as_sentence,
     split_sentences,
@@ -215,3 +216,10 @@ def test_a_window_that_may_start_inside_a_line_has_no_term_at_its_start() -> Non
 )
 def test_a_sentence_does_not_start_as_the_rest_of_one(text: str, starts: bool) -> None:
     assert starts_as_sentence(text) is starts
+
+
+def test_a_table_of_contents_is_found_and_prose_with_numbers_is_not() -> None:
+    contents = "9.18.1. CASE\n9.18.2. COALESCE\n9.18.3. NULLIF"
+    prose = "It was added in PostgreSQL\n9.6. It is faster than before.\nSee 9.18.2 too."
+    text = f"{contents}\n\n{prose}\n"
+    assert contents_blocks(text) == [(0, len(contents))]
