@@ -213,8 +213,8 @@ def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) ->
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
     unit that does not end as a sentence does (a heading, a label, a page's navigation line),
     or starts as the rest of one ("but then ..." after an example), or is a line of a table
-    of contents, is not whole, like a fragment a window cut: it is scored but never quoted. A sentence of a
-    definition carries its term."""
+    of contents, is not whole, like a fragment a window cut: it is scored but never quoted.
+    A sentence of a definition carries its term."""
     found = []
     for rank, (row, passage) in enumerate(passages):
         refs = store.of(row)
