@@ -13,6 +13,7 @@ from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import Passage
 from retrieval.sentences.scorer import (
     FEATURES,
+    Candidate,
     ScorerWeights,
     SentenceScorer,
     candidates,
@@ -99,6 +100,18 @@ def test_local_coverage_weighs_the_term_few_candidates_hold(
     assert matrix[sacked, FEATURES.index("number_asked")] == 1.0
 
 
+def _page(text: str) -> tuple[SentenceStore, list[Candidate]]:
+    """One page of a manual as one passage, indexed with the test embedder, and its units."""
+    passage = Passage("page#0", "page", 0, "Page", text, 0, len(text))
+    store = SentenceStore.build([passage], HashEmbedder())
+    return store, candidates(store, [(0, passage)])
+
+
+def _whole(text: str) -> dict[str, bool]:
+    """Each unit of a page (on one line) and whether it is a whole sentence."""
+    return {" ".join(c.text.split()): c.ref.whole for c in _page(text)[1]}
+
+
 def test_a_heading_or_a_navigation_line_is_not_a_whole_sentence() -> None:
     """A page of a manual as its HTML's text: its title, the navigation line, the title again.
     None of them ends as a sentence does, so none may be quoted or lead into a quote."""
@@ -107,9 +120,7 @@ def test_a_heading_or_a_navigation_line_is_not_a_whole_sentence() -> None:
         "\n\n34.7. Canceling Queries in Progress\n\n A client application can request"
         "\n cancellation of a command. It uses PQcancel.\n\nHe graduated in 1873.:33"
     )
-    passage = Passage("libpq-cancel#0", "libpq-cancel", 0, "34.7. Canceling", text, 0, len(text))
-    store = SentenceStore.build([passage], HashEmbedder())
-    whole = {" ".join(c.text.split()): c.ref.whole for c in candidates(store, [(0, passage)])}
+    whole = _whole(text)
     assert whole["A client application can request cancellation of a command."]
     assert whole["It uses PQcancel."]
     assert whole["He graduated in 1873.:33"]  # a reference marker after the mark
@@ -127,9 +138,7 @@ def test_a_definitions_sentence_is_scored_with_the_term_it_defines() -> None:
         "checkpoint_completion_target (floating point)\n\n Specifies the target of checkpoint"
         " completion. The default is 0.9.\n"
     )
-    passage = Passage("wal#0", "wal", 0, "WAL Configuration", text, 0, len(text))
-    store = SentenceStore.build([passage], HashEmbedder())
-    found = candidates(store, [(0, passage)])
+    store, found = _page(text)
     by_text = {c.text: c for c in found}
     five = by_text["The default is five minutes (5min)."]
     assert five.term == "checkpoint_timeout (integer)"
@@ -159,9 +168,7 @@ def test_the_rest_of_a_sentence_after_an_example_is_not_whole() -> None:
         "\n\n but then the server sees the connection as coming from foo.com. The tunnel"
         " is encrypted."
     )
-    passage = Passage("ssh-tunnels#0", "ssh-tunnels", 0, "SSH Tunnels", text, 0, len(text))
-    store = SentenceStore.build([passage], HashEmbedder())
-    whole = {c.text: c.ref.whole for c in candidates(store, [(0, passage)])}
+    whole = _whole(text)
     assert not whole["but then the server sees the connection as coming from foo.com."]
     assert whole["The tunnel is encrypted."]
 
@@ -174,9 +181,7 @@ def test_a_table_of_contents_has_no_whole_sentence() -> None:
         "14.1. Using EXPLAIN\n\n14.1.1. EXPLAIN Basics\n14.1.2. EXPLAIN ANALYZE\n"
         "14.1.3. Caveats\n\n PostgreSQL devises a query plan for each query it receives."
     )
-    passage = Passage("using-explain#0", "using-explain", 0, "Using EXPLAIN", text, 0, len(text))
-    store = SentenceStore.build([passage], HashEmbedder())
-    whole = {" ".join(c.text.split()): c.ref.whole for c in candidates(store, [(0, passage)])}
+    whole = _whole(text)
     assert whole["PostgreSQL devises a query plan for each query it receives."]
     contents = [
         t for t in whole if "EXPLAIN" in t and "devises" not in t and t != "14.1. Using EXPLAIN"
