@@ -222,14 +222,19 @@ def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) ->
         terms = definition_terms(passage.text, spans, starts_cut=passage.position > 0)
         contents = contents_blocks(passage.text)
         for ref, term in zip(refs, terms, strict=True):
-            if any(start <= ref.start < end for start, end in contents):
-                ref = dataclasses.replace(ref, whole=False)  # a table of contents' line
-            found.append(Candidate(_as_found(ref, passage), passage, rank, term))
+            found.append(Candidate(_as_found(ref, passage, contents), passage, rank, term))
     return found
 
 
-def _as_found(ref: SentenceRef, passage: Passage) -> SentenceRef:
-    if ref.whole and ref.kind == "prose":
+def _as_found(
+    ref: SentenceRef, passage: Passage, contents: Sequence[tuple[int, int]]
+) -> SentenceRef:
+    """The stored ref, no longer whole where this passage's text shows it is no sentence."""
+    if not ref.whole:
+        return ref
+    if any(start <= ref.start < end for start, end in contents):
+        return dataclasses.replace(ref, whole=False)  # a line of a table of contents
+    if ref.kind == "prose":
         text = passage.text[ref.start : ref.end]
         if not ends_as_sentence(text) or not starts_as_sentence(text):
             return dataclasses.replace(ref, whole=False)
