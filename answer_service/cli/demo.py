@@ -7,6 +7,7 @@ command started before is reused, so a second run goes straight to the question.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -29,12 +30,20 @@ DEMO_CORPUS = Path(__file__).resolve().parents[1] / "demo_corpus" / "postgresql-
 _READY_TIMEOUT_S = 300.0
 
 
-def _ready(url: str) -> bool:
+def _readiness(url: str) -> tuple[bool, list[str]]:
+    """Whether the service at `url` is ready, and the reasons /readyz gives when not (none
+    while it does not answer yet)."""
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=2.0) as response:
-            return bool(response.status == 200)
+            return bool(response.status == 200), []
+    except urllib.error.HTTPError as exc:
+        try:
+            reasons = json.loads(exc.read()).get("reasons", [])
+        except (ValueError, AttributeError, OSError):
+            reasons = []
+        return False, [str(r) for r in reasons]
     except (urllib.error.URLError, OSError):
-        return False
+        return False, []
 
 
 def _pid_file(cache_dir: Path, port: int) -> Path:
@@ -43,7 +52,7 @@ def _pid_file(cache_dir: Path, port: int) -> Path:
 
 def _start_service(settings: Settings, index_dir: Path, port: int, sglang_url: str) -> str:
     url = f"http://127.0.0.1:{port}"
-    if _ready(url):
+    if _readiness(url)[0]:
         print(f"service already running at {url}")
         return url
     log_path = settings.cache_dir / "logs" / f"service-{port}.log"
@@ -74,14 +83,34 @@ def _start_service(settings: Settings, index_dir: Path, port: int, sglang_url: s
         )
     pid_file.write_text(f"{process.pid}\n")
     print(f"starting the service at {url} (log: {log_path})")
+    try:
+        _wait_ready(url, process, log_path)
+    except RuntimeError:
+        # Not left running half-started on the port, where the next run would collide with it.
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        pid_file.unlink(missing_ok=True)
+        raise
+    return url
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
     deadline_s = time.monotonic() + _READY_TIMEOUT_S
-    while not _ready(url):
+    while not (readiness := _readiness(url))[0]:
         if process.poll() is not None:
             raise RuntimeError(f"the service exited with {process.returncode}; see {log_path}")
+        # A failed warm-up is final (a missing index, weights that do not match the code): say
+        # why now rather than wait out the timeout. SGLang not healthy yet is not.
+        failed = [r for r in readiness[1] if r.startswith("warm-up failed")]
+        if failed:
+            raise RuntimeError(f"the service cannot start: {failed[0]}; see {log_path}")
         if time.monotonic() > deadline_s:
             raise RuntimeError(f"the service was not ready in {_READY_TIMEOUT_S:.0f} s")
         time.sleep(0.5)
-    return url
 
 
 def run_demo(port: int, sglang_port: int, question: str) -> int:
