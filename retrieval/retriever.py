@@ -46,7 +46,7 @@ class Retriever:
         self.embed = EmbedStage(embedder, self._pool)
         self.rerank = RerankStage(reranker, self._pool) if reranker is not None else None
         self.sentences = SentenceStage(
-            SentenceScorer(index.sentences, self.scorer_weights), index, self._pool
+            SentenceScorer(index.sentences, self.scorer_weights, index.passage), index, self._pool
         )
         # The reader (warmed up) and how its scores join the scorer's; None: the scorer's order.
         self.reader = reader

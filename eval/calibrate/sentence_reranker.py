@@ -88,7 +88,7 @@ async def claims_of(
         search = retriever.search_stage("hybrid")
         hits = (await search.run(SearchRequest(texts[claim_id], vector, depth), deadline)).value
         rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]
-        found = candidates(store, rows)
+        found = candidates(store, rows, retriever.index.passage)
         features = feature_matrix(texts[claim_id], vector, found, store)
         scores = model.scores(features) if found else np.zeros(0)
         out.append(Claim(claim_id, hits, found, scores))

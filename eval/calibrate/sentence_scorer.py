@@ -103,7 +103,7 @@ async def examples_of(
         if leave_out_gold:
             hits = [h for h in hits if h.passage.doc_id != question.gold_passage_id][:top_k]
         rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]
-        found = candidates(store, rows)
+        found = candidates(store, rows, retriever.index.passage)
         features = feature_matrix(question.question, vector, found, store)
         labels = np.asarray(
             [answer_recall(c.text, question.answers) for c in found], dtype=np.float64

@@ -67,7 +67,7 @@ class SentenceReranker:
             raise RetrievalError("the sentence reranker needs the query's embedding")
         rows = [(self._index.row_of(c.passage.passage_id), c.passage) for c in request.candidates]
         store = self._index.sentences
-        found = candidates(store, rows)
+        found = candidates(store, rows, self._index.passage)
         scores = (
             self._model.scores(feature_matrix(request.query, request.vector, found, store))
             if found

@@ -30,7 +30,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -46,6 +46,7 @@ from retrieval.sentences.splitter import (
     contents_blocks,
     definition_terms,
     ends_as_sentence,
+    paragraph_start,
     starts_as_sentence,
 )
 from retrieval.sentences.store import SentenceRef, SentenceStore
@@ -209,21 +210,45 @@ def best_probabilities(sentences: Sequence[ScoredSentence], n: int) -> list[floa
     return found + [0.0] * (n - len(found))
 
 
-def candidates(store: SentenceStore, passages: Sequence[tuple[int, Passage]]) -> list[Candidate]:
+def candidates(
+    store: SentenceStore,
+    passages: Sequence[tuple[int, Passage]],
+    passage_at: Callable[[int], Passage] | None = None,
+) -> list[Candidate]:
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
     unit that does not end as a sentence does (a heading, a label, a page's navigation line),
     or starts as the rest of one ("but then ..." after an example), or is a line of a table
     of contents, is not whole, like a fragment a window cut: it is scored but never quoted.
-    A sentence of a definition carries its term."""
+    A sentence of a definition carries its term; `passage_at` (the index's passage of a row)
+    gives the window before each, for a term line a window starts inside."""
     found = []
     for rank, (row, passage) in enumerate(passages):
         refs = store.of(row)
         spans = [SentenceSpan(ref.start, ref.end, ref.kind) for ref in refs]
-        terms = definition_terms(passage.text, spans, starts_cut=passage.position > 0)
+        terms = definition_terms(passage.text, spans, head=_head(row, passage, passage_at))
         contents = contents_blocks(passage.text)
         for ref, term in zip(refs, terms, strict=True):
             found.append(Candidate(_as_found(ref, passage, contents), passage, rank, term))
     return found
+
+
+def _head(row: int, passage: Passage, passage_at: Callable[[int], Passage] | None) -> str | None:
+    """What of the paragraph a window starts inside lies before it, from the window before
+    (the row before, when it is the same document's previous window: the index writes a
+    document's windows in order); "" where the window starts its document, None where the
+    paragraph starts before the window before or that window is not known."""
+    if passage.position == 0:
+        return ""
+    if passage_at is None or row == 0:
+        return None
+    before = passage_at(row - 1)
+    if before.doc_id != passage.doc_id or before.position != passage.position - 1:
+        return None
+    offset = passage.start_char - before.start_char
+    if not 0 < offset <= len(before.text):
+        return None
+    start = paragraph_start(before.text, offset)
+    return None if start is None else before.text[start:offset]
 
 
 def _as_found(
@@ -421,8 +446,14 @@ class SentenceModel:
 
 
 class SentenceScorer:
-    def __init__(self, store: SentenceStore, weights: ScorerWeights) -> None:
+    def __init__(
+        self,
+        store: SentenceStore,
+        weights: ScorerWeights,
+        passage_at: Callable[[int], Passage] | None = None,
+    ) -> None:
         self._store = store
+        self._passage_at = passage_at
         self.model = SentenceModel(weights)
 
     def score(
@@ -430,5 +461,5 @@ class SentenceScorer:
     ) -> list[ScoredSentence]:
         """The sentences of `passages` (index row, passage; best first), most likely to
         answer first. Blocking (a few milliseconds for five passages)."""
-        found = candidates(self._store, passages)
+        found = candidates(self._store, passages, self._passage_at)
         return self.model.rank(found, feature_matrix(question, vector, found, self._store))

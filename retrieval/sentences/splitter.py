@@ -88,8 +88,12 @@ _ABBREVIATIONS = frozenset(
         "ca",
     ]
 )
-# A definition's term is at most this long ("pg_cancel_backend ( pid integer ) → boolean").
+# A definition's term is at most this long ("max_connections (integer)"), a function's
+# signature as the manual's tables write it at most `_SIGNATURE_WORDS` ("current_setting (
+# setting_name text [, missing_ok boolean ] ) → text"): a name, its arguments, its result.
 _TERM_WORDS = 12
+_SIGNATURE_WORDS = 20
+_SIGNATURE = re.compile(r"[A-Za-z_][\w.]*\s?\(.*\) \u2192 \S")
 # The first word of the rest of a sentence, not of a sentence.
 _RUNS_ON = re.compile(
     r"(?:and|but|or|nor|so|yet|then|which|whose|whom|where|whereas|while|because|although|"
@@ -140,7 +144,7 @@ def contents_blocks(text: str) -> list[tuple[int, int]]:
 
 
 def definition_terms(
-    text: str, spans: Sequence[SentenceSpan], *, starts_cut: bool = False
+    text: str, spans: Sequence[SentenceSpan], *, head: str | None = ""
 ) -> list[str]:
     """For each unit of `text` (its `spans`, in order), the term its paragraph defines, on one
     line, or "" where it defines none.
@@ -153,15 +157,37 @@ def definition_terms(
     paragraph that does not end as a sentence does; a section's heading (numbered, Markdown's,
     or capitalised words alone: "Description", "34.7. Canceling Queries in Progress") is not one,
     nor a line before a paragraph that is code, a list or goes on in lower case (a sentence
-    running on after an example). `starts_cut`: the text is a window that may start inside
-    a line ("( pid integer ) → boolean"), so its first unit is no term."""
+    running on after an example).
+
+    `head`: where `text` is a window of a longer text, what of the paragraph it starts inside
+    lies before it ("" where it starts a paragraph; None where that is not known). A window
+    that starts inside a line ("( pid integer ) → boolean") has the line's start put back
+    ("pg_cancel_backend "), so the term of the paragraph below it is whole; where the head is
+    not known (or holds more than that line's unit) its first unit is no term."""
+    cut = head is None or bool(head.strip())
+    if head and spans and cut:
+        whole = split_sentences(head + text[: spans[0].end])
+        if len(whole) == 1:  # the head and the first unit are one unit: shift the text
+            text = head + text
+            spans = [
+                SentenceSpan(0, whole[0].end, whole[0].kind),
+                *(SentenceSpan(s.start + len(head), s.end + len(head), s.kind) for s in spans[1:]),
+            ]
+            cut = False
     terms = [""] * len(spans)
     term = ""
     for i, span in enumerate(spans):
         if i == 0 or _BLANK.search(text, spans[i - 1].end, span.start):
-            term = "" if i == 1 and starts_cut else _term_before(text, spans, i)
+            term = "" if i == 1 and cut else _term_before(text, spans, i)
         terms[i] = term
     return terms
+
+
+def paragraph_start(text: str, end: int) -> int | None:
+    """Where the paragraph that `text[:end]` ends in starts (after its blank line), or None
+    when no blank line comes before `end`: it starts before `text`."""
+    breaks = list(_BLANK.finditer(text, 0, end))
+    return breaks[-1].end() if breaks else None
 
 
 def _term_before(text: str, spans: Sequence[SentenceSpan], first: int) -> str:
@@ -171,10 +197,12 @@ def _term_before(text: str, spans: Sequence[SentenceSpan], first: int) -> str:
     before = spans[first - 1]
     own_line = first == 1 or _BLANK.search(text, spans[first - 2].end, before.start)
     line = " ".join(text[before.start : before.end].split())
+    # A signature is a term whether the splitter took its brackets for code or not.
+    signature = before.kind != "item" and _SIGNATURE.match(line) is not None
     if (
         not own_line
-        or before.kind != "prose"
-        or len(line.split()) > _TERM_WORDS
+        or (before.kind != "prose" and not signature)
+        or len(line.split()) > (_SIGNATURE_WORDS if signature else _TERM_WORDS)
         or ends_as_sentence(line)
         or line.endswith(";")  # a statement: an example, not a term
         or not any(c.isalpha() for c in line)  # a number: a table's cell

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 
 ANSWERING = {
     "explicit-locking",
+    "functions-admin",
     "index-locking",
     "libpq-cancel",
     "app-postgres",
@@ -67,6 +68,9 @@ def url(tiny_service: ServiceFactory, manual_index: Path) -> Iterator[str]:
             "max_connections",
         ),
         ("Which system column holds the ID of the transaction that inserted a row?", "xmin"),
+        # A function's description below its signature, in a window that starts inside the
+        # signature: the function's name is in the window before.
+        ("Which function terminates a backend process?", "pg_terminate_backend"),
     ],
 )
 def test_the_answer_names_what_the_manual_says(url: str, question: str, named: str) -> None:

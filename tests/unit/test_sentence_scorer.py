@@ -160,6 +160,32 @@ def test_a_definitions_sentence_is_scored_with_the_term_it_defines() -> None:
     )
 
 
+def test_a_window_that_starts_inside_a_term_line_reads_its_start_in_the_window_before() -> None:
+    """The index's windows overlap and fall anywhere: the second may start inside the
+    signature whose description it holds."""
+    page = (
+        " pg_reload_conf ( )\n → boolean\n\n Causes all processes to reload their"
+        " configuration files.\n\n pg_terminate_backend ( pid integer, timeout bigint"
+        " DEFAULT 0 )\n → boolean\n\n Terminates the session whose backend process has the"
+        " specified process ID.\n"
+    )
+    cut = page.index("( pid")
+    first = Passage("funcs#0", "funcs", 0, "Functions", page[: cut + 10], 0, cut + 10)
+    second = Passage("funcs#1", "funcs", 1, "Functions", page[cut:], cut, len(page))
+    other = Passage("other#3", "other", 3, "Other", page[: cut + 10], 0, cut + 10)
+    store = SentenceStore.build([first, second], HashEmbedder())
+    said = "Terminates the session whose backend process has the specified process ID."
+
+    def term(passage_at: object) -> str:
+        found = candidates(store, [(1, second)], passage_at)  # type: ignore[arg-type]
+        return next(c.term for c in found if " ".join(c.text.split()) == said)
+
+    signature = "pg_terminate_backend ( pid integer, timeout bigint DEFAULT 0 ) → boolean"
+    assert term([first, second].__getitem__) == signature
+    assert term(None) == ""  # the window before not known
+    assert term([other, second].__getitem__) == ""  # the row before is another document's
+
+
 def test_the_rest_of_a_sentence_after_an_example_is_not_whole() -> None:
     """The manual breaks a sentence around a command; what follows the command is not a
     sentence to quote on its own."""

@@ -167,6 +167,28 @@ def test_a_definitions_sentences_carry_the_term_it_defines() -> None:
     }
 
 
+def test_a_functions_signature_is_its_term_though_its_brackets_read_as_code() -> None:
+    """The manual's function tables: a signature, then what the function does. Brackets
+    make a signature look like a synopsis (code), and its arguments make it longer than a
+    setting's line."""
+    text = (
+        "coalesce ( value [, ...] )\n → anyelement\n\n"
+        " Returns the first of its arguments that is not null.\n\n"
+        "current_setting ( setting_name text [, missing_ok boolean ] )\n → text\n\n"
+        " Returns the current value of the setting setting_name.\n\n"
+        "SELECT coalesce(a, b) FROM t;\n\n Returns a value for every row.\n"
+    )
+    assert split_sentences(text)[0].kind == "code"
+    terms = terms_of(text)
+    assert terms["Returns the first of its arguments that is not null."] == (
+        "coalesce ( value [, ...] ) → anyelement"
+    )
+    assert terms["Returns the current value of the setting setting_name."] == (
+        "current_setting ( setting_name text [, missing_ok boolean ] ) → text"
+    )
+    assert terms["Returns a value for every row."] == ""  # an example is code, not a term
+
+
 @pytest.mark.parametrize(
     "before",
     [
@@ -192,15 +214,21 @@ def test_a_paragraph_running_on_after_an_example_has_no_term() -> None:
     assert terms_of(text)["but then the server sees a local client."] == ""
 
 
-def test_a_window_that_may_start_inside_a_line_has_no_term_at_its_start() -> None:
+def test_a_window_that_starts_inside_a_line_has_the_lines_start_put_back() -> None:
     """A passage window after a page's first starts wherever the window fell: its first line
-    may be the tail of a function's signature."""
-    text = "( pid integer, timeout bigint DEFAULT 0 ) → boolean\n\n Terminates the session.\n"
+    may be the tail of a function's signature, whose name is in the window before."""
+    text = "( pid integer, timeout bigint DEFAULT 0 )\n → boolean\n\n Terminates the session.\n"
     spans = split_sentences(text)
-    assert (
-        definition_terms(text, spans)[-1] == "( pid integer, timeout bigint DEFAULT 0 ) → boolean"
+    signature = "pg_terminate_backend ( pid integer, timeout bigint DEFAULT 0 ) → boolean"
+    assert definition_terms(text, spans, head="pg_terminate_backend ")[-1] == signature
+    # What came before is not known: the tail is no term.
+    assert definition_terms(text, spans, head=None)[-1] == ""
+    # The paragraph began with a sentence before the window: the tail ends it, no term.
+    assert definition_terms(text, spans, head="Sends a signal. pg_terminate_backend ")[-1] == ""
+    # The window starts the paragraph ("" before it): its first line is whole.
+    assert definition_terms(text, spans, head="")[-1] == (
+        "( pid integer, timeout bigint DEFAULT 0 ) → boolean"
     )
-    assert definition_terms(text, spans, starts_cut=True)[-1] == ""
 
 
 @pytest.mark.parametrize(
