@@ -74,12 +74,19 @@ def fit_mix(
     model: SentenceModel,
     reads: dict[str, Read],
     max_median_words: float,
+    keep: ReadMix | None = None,
 ) -> tuple[ReadMix, QuoteConfig, list[dict[str, Any]]]:
-    """The mix (and the quote's selection for it) that answers the most of `examples`."""
+    """The mix (and the quote's selection for it) that answers the most of `examples`; with
+    `keep`, that mix's depth, doubt and weight, only its calibration and the selection fitted."""
     first = {e.question.question_id: scored(e, model) for e in examples}
     tried: list[dict[str, Any]] = []
     best: tuple[float, ReadMix, QuoteConfig] | None = None
-    for depth, doubt, weight in itertools.product(DEPTHS, DOUBTS, WEIGHTS):
+    grid = (
+        itertools.product(DEPTHS, DOUBTS, WEIGHTS)
+        if keep is None
+        else [(keep.depth, keep.doubt, keep.weight)]
+    )
+    for depth, doubt, weight in grid:
         mix = ReadMix(depth, doubt, weight)
         rank = lookup({qid: reread(first[qid], mix, reads[qid])[0] for qid in first})
         config = selection_for(examples, rank, max_median_words)
@@ -117,13 +124,25 @@ def reread_all(
 
 
 def fit_reader(
-    train: Sequence[Any], model: SentenceModel, max_median_words: float
+    train: Sequence[Any],
+    model: SentenceModel,
+    max_median_words: float,
+    keep: ReadMix | None = None,
 ) -> tuple[ReadMix, QuoteConfig, dict[str, Any]]:
     """`fit_mix` on the out-of-fold scores, and what it tried."""
     oof = OutOfFold()
     reads = {e.question.question_id: oof.read_for(e.question.question_id) for e in train}
-    mix, config, tried = fit_mix(train, model, reads, max_median_words)
-    return mix, config, {"mix": mix.to_json(), "tried": tried, "missing_scores": oof.missing}
+    mix, config, tried = fit_mix(train, model, reads, max_median_words, keep)
+    return (
+        mix,
+        config,
+        {
+            "mix": mix.to_json(),
+            "kept": keep is not None,
+            "tried": tried,
+            "missing_scores": oof.missing,
+        },
+    )
 
 
 def frontier(

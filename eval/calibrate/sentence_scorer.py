@@ -22,7 +22,9 @@ the same way beside it.
 Then the sentence reader (retrieval/sentences/reader.py, learned by
 `python -m eval.calibrate.sentence_reader`) is mixed in (eval/calibrate/read_mix.py): where
 and how much it reads and how much its score counts, fitted on its out-of-fold scores of the
-training questions, with the quote's selection chosen again for the reread order. Abstention
+training questions, with the quote's selection chosen again for the reread order (`--keep-mix`:
+the shipped mix's depth, doubt and weight kept, where the candidates changed since those scores
+were made and they lack the new sentences; only its calibration and the selection fitted). Abstention
 still reads the first pass. The evaluation questions are read by the shipped reader itself, as
 the service reads them, beside the first pass alone (`--no-reader`: no mix is learned).
 The weights the service loads are written to `--weights`.
@@ -324,7 +326,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rank_train: dict[str, list[ScoredSentence]] | None = None
     rank_test: dict[str, list[ScoredSentence]] | None = None
     if args.reader:
-        mix, config, reading = fit_reader(train, model, args.max_median_words)
+        keep = ReadMix.read(args.weights) if args.keep_mix else None
+        mix, config, reading = fit_reader(train, model, args.max_median_words, keep)
         reader = SentenceReader(ReaderConfig(device="cpu"))
         await asyncio.to_thread(reader.warm_up)
         oof = OutOfFold()
@@ -395,6 +398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--max-median-words", type=float, default=34.0, help="for the quote's selection"
     )
+    parser.add_argument(
+        "--keep-mix",
+        action="store_true",
+        help="keep the reader mix's depth, doubt and weight from --weights (fit only its "
+        "calibration and the quote's selection): for when the candidates changed since the "
+        "reader's out-of-fold scores were made, which then lack the new sentences",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = asyncio.run(run(args))
@@ -417,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "l2": args.l2,
             "split": "eval/splits/squad.json",
             "reader": args.reader,
+            "keep_mix": args.keep_mix,
         },
         {"scorer_training": "articles of eval/splits/squad.json", "weights": str(args.weights)},
         {**result["metrics"], "weights": dict(zip(weights.names, weights.weights, strict=True))},

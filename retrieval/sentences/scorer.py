@@ -43,13 +43,13 @@ from retrieval.errors import RetrievalError
 from retrieval.passage import Passage
 from retrieval.sentences.splitter import (
     SentenceSpan,
-    contents_blocks,
     definition_terms,
     ends_as_sentence,
+    navigation_blocks,
     paragraph_start,
     starts_as_sentence,
 )
-from retrieval.sentences.store import SentenceRef, SentenceStore
+from retrieval.sentences.store import SentenceRef, SentenceStore, ends_cut, starts_cut
 from retrieval.sentences.terms import Idf, content_terms, term_list
 
 FEATURES = (
@@ -180,10 +180,14 @@ class Candidate:
     rank: int
     # The term its paragraph defines, where it is a definition's (`definition_terms`), else "".
     term: str = ""
+    # Where the window cuts the sentence, the parts of it in the windows before and after
+    # (`candidates`), so that it reads whole.
+    head: str = ""
+    tail: str = ""
 
     @property
     def text(self) -> str:
-        return self.passage.text[self.ref.start : self.ref.end]
+        return self.head + self.passage.text[self.ref.start : self.ref.end] + self.tail
 
     @property
     def with_term(self) -> str:
@@ -218,31 +222,95 @@ def candidates(
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
     unit that does not end as a sentence does (a heading, a label, a page's navigation line),
     or starts as the rest of one ("but then ..." after an example), or is a line of a table
-    of contents, is not whole, like a fragment a window cut: it is scored but never quoted.
-    A sentence of a definition carries its term; `passage_at` (the index's passage of a row)
-    gives the window before each, for a term line a window starts inside."""
+    of contents or a page's footer, is not whole: it is scored but never quoted. A sentence of a definition
+    carries its term.
+
+    `passage_at` (the index's passage of a row) gives each window's neighbours in its
+    document: a sentence the window cuts is read whole with its missing part from the window
+    before or after (the windows overlap), and a term line the window starts inside is read
+    from its start. Without it such a sentence is a fragment and the line no term."""
+    windows = None if passage_at is None else _Windows(store, passage_at)
     found = []
     for rank, (row, passage) in enumerate(passages):
         refs = store.of(row)
         spans = [SentenceSpan(ref.start, ref.end, ref.kind) for ref in refs]
-        terms = definition_terms(passage.text, spans, head=_head(row, passage, passage_at))
-        contents = contents_blocks(passage.text)
+        before = None if windows is None else windows.at(row, passage, -1)
+        head = "" if passage.position == 0 else _paragraph_head(passage, before)
+        terms = definition_terms(passage.text, spans, head=head)
+        navigation = navigation_blocks(passage.text)
         for ref, term in zip(refs, terms, strict=True):
-            found.append(Candidate(_as_found(ref, passage, contents), passage, rank, term))
+            candidate = Candidate(ref, passage, rank, term)
+            if windows is not None and not ref.whole and ref.kind == "prose":
+                candidate = windows.completed(candidate, len(refs), before)
+            found.append(_as_found(candidate, navigation))
     return found
 
 
-def _head(row: int, passage: Passage, passage_at: Callable[[int], Passage] | None) -> str | None:
-    """What of the paragraph a window starts inside lies before it, from the window before
-    (the row before, when it is the same document's previous window: the index writes a
-    document's windows in order); "" where the window starts its document, None where the
-    paragraph starts before the window before or that window is not known."""
-    if passage.position == 0:
+@dataclass(frozen=True, slots=True)
+class _Windows:
+    """The index's windows around a retrieved one: its rows hold each document's windows in
+    order, so the same document's window before or after a row is the row before or after."""
+
+    store: SentenceStore
+    passage_at: Callable[[int], Passage]
+
+    def at(self, row: int, passage: Passage, step: int) -> Passage | None:
+        other_row = row + step
+        if not 0 <= other_row < self.store.passages:
+            return None
+        other = self.passage_at(other_row)
+        if other.doc_id != passage.doc_id or other.position != passage.position + step:
+            return None
+        return other
+
+    def completed(self, candidate: Candidate, count: int, before: Passage | None) -> Candidate:
+        """A sentence the window cuts, whole: the part the window starts after from the
+        window before, the part it ends before from the window after (each where that
+        window holds the sentence's start or end); else the fragment as it is."""
+        ref, passage = candidate.ref, candidate.passage
+        start = passage.start_char + ref.start  # in the document
+        end = passage.start_char + ref.end
+        head = tail = ""
+        if starts_cut(passage, ref.start, ref.position):
+            head = "" if before is None else self._piece(ref.row - 1, before, start, "head")
+            if not head:
+                return candidate
+        if ends_cut(passage, ref.end, ref.position, count):
+            after = self.at(ref.row, passage, 1)
+            tail = "" if after is None else self._piece(ref.row + 1, after, end, "tail")
+            if not tail:
+                return candidate
+        if not head and not tail:
+            return candidate
+        whole = dataclasses.replace(ref, whole=True)
+        return dataclasses.replace(candidate, ref=whole, head=head, tail=tail)
+
+    def _piece(self, row: int, window: Passage, at: int, side: str) -> str:
+        """The part of the sentence that holds document offset `at` lying in `window` before
+        `at` (its head) or after it (its tail), or "" where `window` does not hold that part
+        whole (its sentence is cut there too, or `at` falls between its sentences) or shows
+        it is no sentence."""
+        local = at - window.start_char
+        refs = self.store.of(row)
+        for ref in refs:
+            if not ref.start < local < ref.end:
+                continue
+            if ref.kind != "prose" or any(
+                s <= ref.start < e for s, e in navigation_blocks(window.text)
+            ):
+                return ""  # a table of contents' or a footer's line there, seen whole
+            if side == "head":
+                cut = starts_cut(window, ref.start, ref.position)
+                return "" if cut else window.text[ref.start : local]
+            cut = ends_cut(window, ref.end, ref.position, len(refs))
+            return "" if cut else window.text[local : ref.end]
         return ""
-    if passage_at is None or row == 0:
-        return None
-    before = passage_at(row - 1)
-    if before.doc_id != passage.doc_id or before.position != passage.position - 1:
+
+
+def _paragraph_head(passage: Passage, before: Passage | None) -> str | None:
+    """What of the paragraph a window starts inside lies in the window before it; None where
+    the paragraph starts before that window or it is not known."""
+    if before is None:
         return None
     offset = passage.start_char - before.start_char
     if not 0 < offset <= len(before.text):
@@ -251,19 +319,18 @@ def _head(row: int, passage: Passage, passage_at: Callable[[int], Passage] | Non
     return None if start is None else before.text[start:offset]
 
 
-def _as_found(
-    ref: SentenceRef, passage: Passage, contents: Sequence[tuple[int, int]]
-) -> SentenceRef:
-    """The stored ref, no longer whole where this passage's text shows it is no sentence."""
+def _as_found(candidate: Candidate, navigation: Sequence[tuple[int, int]]) -> Candidate:
+    """The candidate, no longer whole where its text shows it is no sentence."""
+    ref = candidate.ref
     if not ref.whole:
-        return ref
-    if any(start <= ref.start < end for start, end in contents):
-        return dataclasses.replace(ref, whole=False)  # a line of a table of contents
+        return candidate
+    no_sentence = any(start <= ref.start < end for start, end in navigation)
     if ref.kind == "prose":
-        text = passage.text[ref.start : ref.end]
-        if not ends_as_sentence(text) or not starts_as_sentence(text):
-            return dataclasses.replace(ref, whole=False)
-    return ref
+        text = candidate.text
+        no_sentence = no_sentence or not ends_as_sentence(text) or not starts_as_sentence(text)
+    if no_sentence:
+        return dataclasses.replace(candidate, ref=dataclasses.replace(ref, whole=False))
+    return candidate
 
 
 def feature_matrix(

@@ -101,6 +101,8 @@ _RUNS_ON = re.compile(
 )
 # A line of a table of contents: a section's number (two levels or more), then its title.
 _SECTION_LINE = re.compile(r"\s*\d+(?:\.\d+)+\.?\s+\S")
+# The first line of a manual page's footer, above the titles of the pages before and after.
+_PAGE_FOOTER = re.compile(r"\s*Prev\s+Up(?:\s+Next)?\s*")
 # Markdown's headings: "## Configuration", or a title underlined with = or -.
 _MARKED_HEADING = re.compile(r"^#{1,6}\s|\s[=-]{3,}$")
 _SECTION_NUMBER = re.compile(r"(?:[A-Z]|\d+)\.(?:\d+\.)*\s")
@@ -129,16 +131,18 @@ def ends_as_sentence(text: str) -> bool:
     return _ENDS_SENTENCE.search(text) is not None
 
 
-def contents_blocks(text: str) -> list[tuple[int, int]]:
-    """The blocks of `text` that are a table of contents: lines that mostly start with a
-    section's number ("14.1.1. EXPLAIN Basics", "14.1.2. EXPLAIN ANALYZE"). Split as prose
-    they make units like "EXPLAIN ANALYZE 14.1.3.", which end with a dot and are no
-    sentence."""
+def navigation_blocks(text: str) -> list[tuple[int, int]]:
+    """The blocks of `text` that lead elsewhere rather than say something: a table of contents
+    (lines that mostly start with a section's number: "14.1.1. EXPLAIN Basics", "14.1.2.
+    EXPLAIN ANALYZE") and a page's footer ("Prev Up Next" over the titles of the pages before
+    and after). Split as prose they make units like "EXPLAIN ANALYZE 14.1.3." and "Parallel
+    Safety Home Chapter 16.", which end with a dot and are no sentence."""
     found = []
     for start, end in _blocks(text):
         lines = [line for line in text[start:end].splitlines() if line.strip()]
         numbered = sum(1 for line in lines if _SECTION_LINE.match(line))
-        if numbered >= 2 and 2 * numbered >= len(lines):
+        footer = bool(lines) and _PAGE_FOOTER.fullmatch(lines[0]) is not None
+        if footer or (numbered >= 2 and 2 * numbered >= len(lines)):
             found.append((start, end))
     return found
 

@@ -146,15 +146,25 @@ class SentenceStore:
         return store
 
 
+def starts_cut(passage: Passage, start: int, position: int) -> bool:
+    """Whether the unit at `start`, the `position`th of the window, is a sentence the window
+    starts inside (a window after a document's first starts wherever it fell)."""
+    return position == 0 and passage.position > 0 and not passage.text[start].isupper()
+
+
+def ends_cut(passage: Passage, end: int, position: int, count: int) -> bool:
+    """Whether the unit ending at `end`, the `position`th of the window's `count`, is a
+    sentence the window ends inside (the document's last window ends with it)."""
+    return position == count - 1 and not passage.text[:end].endswith(_ENDS)
+
+
 def _spans(passage: Passage, last_window: bool) -> Iterator[tuple[int, int, int]]:
     text = passage.text
     found = split_sentences(text)
     for n, span in enumerate(found):
-        whole = True
-        if n == 0 and passage.position > 0 and not text[span.start].isupper():
-            whole = False  # the window starts inside a sentence
-        if n == len(found) - 1 and not last_window and not text[: span.end].endswith(_ENDS):
-            whole = False  # the window ends inside one
+        whole = not starts_cut(passage, span.start, n) and (
+            last_window or not ends_cut(passage, span.end, n, len(found))
+        )
         flags = (WHOLE if whole else 0) | (CODE if span.kind == "code" else 0)
         flags |= ITEM if span.kind == "item" else 0
         yield span.start, span.end, flags

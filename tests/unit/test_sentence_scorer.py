@@ -186,6 +186,56 @@ def test_a_window_that_starts_inside_a_term_line_reads_its_start_in_the_window_b
     assert term([other, second].__getitem__) == ""  # the row before is another document's
 
 
+def _windows(text: str, cuts: list[tuple[int, int]]) -> list[Passage]:
+    """A document's overlapping windows at these (start, end) character offsets."""
+    return [
+        Passage(f"doc#{n}", "doc", n, "Doc", text[start:end], start, end)
+        for n, (start, end) in enumerate(cuts)
+    ]
+
+
+def test_a_sentence_a_window_cuts_is_read_whole_from_the_windows_around_it() -> None:
+    s1 = "Mount Etna is on the east coast of Sicily."
+    s2 = "It is one of the most active volcanoes in the world and is in an almost constant"
+    s2 += " state of activity."
+    s3 = "Its eruptions have been recorded since 1500 BC."
+    text = f"{s1} {s2} {s3}"
+    # Overlapping windows: the first ends inside s2, the second starts inside s2 and ends
+    # inside s3, the third starts inside s3.
+    windows = _windows(
+        text,
+        [
+            (0, text.index("in the world") + 12),
+            (text.index("one of the most"), text.index(" have been")),
+            (text.index("eruptions"), len(text)),
+        ],
+    )
+    store = SentenceStore.build(windows, HashEmbedder())
+    rows = list(enumerate(windows))
+    cut = candidates(store, rows)
+    assert [c.ref.whole for c in cut] == [True, False, False, False, False]
+    read = candidates(store, rows, windows.__getitem__)
+    # Each piece reads as its whole sentence; the quote takes one of the copies (it drops a
+    # sentence it already quoted).
+    assert [c.text for c in read] == [s1, s2, s2, s3, s3]
+    assert all(c.ref.whole for c in read)
+    assert [bool(c.head) for c in read] == [False, False, True, False, True]
+    assert [bool(c.tail) for c in read] == [False, True, False, True, False]
+
+
+def test_a_sentence_cut_where_the_window_around_does_not_hold_it_stays_a_fragment() -> None:
+    text = "Mount Etna is on the east coast of Sicily. It is one of the most active volcanoes."
+    cut = text.index("the most active")
+    windows = _windows(text, [(0, cut), (cut - 10, len(text))])
+    # The second window is not the first's neighbour in the index (another document's row
+    # lies between them), so the first window's last sentence stays cut.
+    other = Passage("other#0", "other", 0, "Other", "Something else entirely.", 0, 24)
+    store = SentenceStore.build([windows[0], other, windows[1]], HashEmbedder())
+    read = candidates(store, [(0, windows[0])], [windows[0], other, windows[1]].__getitem__)
+    assert [c.ref.whole for c in read] == [True, False]
+    assert read[1].text == "It is one of"
+
+
 def test_the_rest_of_a_sentence_after_an_example_is_not_whole() -> None:
     """The manual breaks a sentence around a command; what follows the command is not a
     sentence to quote on its own."""
@@ -214,3 +264,17 @@ def test_a_table_of_contents_has_no_whole_sentence() -> None:
     ]
     assert contents
     assert not any(whole[t] for t in contents), whole
+
+
+def test_a_pages_footer_has_no_whole_sentence() -> None:
+    """Each page of the manual ends with links to the pages before and after; split as prose
+    they make "Prev Up Next 15.4." and "Parallel Safety Home Chapter 16.", which end with a dot
+    and are no sentence."""
+    text = (
+        " Functions marked parallel safe can run in parallel workers.\n\n"
+        "Prev Up Next\n15.4. Parallel Safety Home Chapter 16. Installation from Binaries"
+    )
+    whole = _whole(text)
+    assert whole.pop("Functions marked parallel safe can run in parallel workers.")
+    assert whole
+    assert not any(whole.values()), whole

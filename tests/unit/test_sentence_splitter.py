@@ -7,9 +7,9 @@ import pytest
 
 from retrieval.sentences.splitter import (
     SentenceStream,
-    contents_blocks,
     definition_terms,
     ends_as_sentence,
+    navigation_blocks,
     split_sentences,
     starts_as_sentence,
 )
@@ -250,4 +250,4 @@ def test_a_table_of_contents_is_found_and_prose_with_numbers_is_not() -> None:
     contents = "9.18.1. CASE\n9.18.2. COALESCE\n9.18.3. NULLIF"
     prose = "It was added in PostgreSQL\n9.6. It is faster than before.\nSee 9.18.2 too."
     text = f"{contents}\n\n{prose}\n"
-    assert contents_blocks(text) == [(0, len(contents))]
+    assert navigation_blocks(text) == [(0, len(contents))]
