@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -222,8 +223,8 @@ def candidates(
     """Every sentence of the retrieved passages (index row, passage; best first). A prose
     unit that does not end as a sentence does (a heading, a label, a page's navigation line),
     or starts as the rest of one ("but then ..." after an example), or is a line of a table
-    of contents or a page's footer, is not whole: it is scored but never quoted. A sentence of a definition
-    carries its term.
+    of contents or a page's footer, is not whole: it is scored but never quoted. A sentence of
+    a definition carries its term.
 
     `passage_at` (the index's passage of a row) gives each window's neighbours in its
     document: a sentence the window cuts is read whole with its missing part from the window
@@ -285,7 +286,7 @@ class _Windows:
         whole = dataclasses.replace(ref, whole=True)
         return dataclasses.replace(candidate, ref=whole, head=head, tail=tail)
 
-    def _piece(self, row: int, window: Passage, at: int, side: str) -> str:
+    def _piece(self, row: int, window: Passage, at: int, side: Literal["head", "tail"]) -> str:
         """The part of the sentence that holds document offset `at` lying in `window` before
         `at` (its head) or after it (its tail), or "" where `window` does not hold that part
         whole (its sentence is cut there too, or `at` falls between its sentences) or shows
