@@ -1,4 +1,4 @@
-"""`answer-service keys add | list | revoke`: the API key file (answer_service/runtime/auth.py)."""
+"""`answer-service keys add | list | revoke`: the API key file (answer_service/runtime/keys/auth.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from answer_service.runtime.auth import (
+from answer_service.runtime.keys.auth import (
     ApiKey,
     ApiKeyFileError,
     check_tier,

@@ -29,7 +29,7 @@ from answer_service.errors import (
     ServiceError,
     UnauthorizedError,
 )
-from answer_service.runtime.auth import ApiKey
+from answer_service.runtime.keys.auth import ApiKey
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from answer_service.pipeline.events import (
     TokenEvent,
 )
 from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
-from answer_service.runtime.auth import ApiKey
 from answer_service.runtime.components import Components
+from answer_service.runtime.keys.auth import ApiKey
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from retrieval.retriever import Retriever

@@ -225,7 +225,7 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
 @router.get("/metrics", response_class=Response)
 async def metrics(components: ComponentsDep) -> Response:
     """Prometheus exposition: request outcomes, TTFT and stage histograms, SLO attainment,
-    cuts and cached tokens, by tier, stage and worker (answer_service/runtime/metrics.py)."""
+    cuts and cached tokens, by tier, stage and worker (answer_service/runtime/observability/metrics.py)."""
     return Response(components.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 

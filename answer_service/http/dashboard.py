@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 
 from answer_service.http.answering import ComponentsDep
 from answer_service.runtime.components import Components
-from answer_service.runtime.dashboard_stats import WINDOWS_S, snapshot
+from answer_service.runtime.observability.dashboard_stats import WINDOWS_S, snapshot
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 

@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from answer_service.pipeline.probe import FloorProbe
 from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
-from answer_service.runtime.auth import KeyRing, StreamCounts, read_api_keys
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
 from answer_service.runtime.calibration import calibrate, calibrate_rerank
 from answer_service.runtime.configs import (
@@ -29,11 +28,16 @@ from answer_service.runtime.configs import (
     search_config,
 )
 from answer_service.runtime.fleet_rate import FleetArrivals
-from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
 from answer_service.runtime.index_watch import IndexWatcher
-from answer_service.runtime.key_watch import KeyFileWatcher
-from answer_service.runtime.loop_lag import LoopLag
-from answer_service.runtime.metrics import ServiceMetrics
+from answer_service.runtime.keys.auth import KeyRing, StreamCounts, read_api_keys
+from answer_service.runtime.keys.key_watch import KeyFileWatcher
+from answer_service.runtime.keys.rate_limit import RateLimiter
+from answer_service.runtime.observability.gc_pauses import GcPauses, freeze_heap, thaw_heap
+from answer_service.runtime.observability.loop_lag import LoopLag
+from answer_service.runtime.observability.metrics import ServiceMetrics
+from answer_service.runtime.observability.request_log import RequestLog
+from answer_service.runtime.observability.shared_requests import SharedRequests
+from answer_service.runtime.observability.telemetry import RecentTraces, build_tracer_provider
 from answer_service.runtime.placement import (
     Placement,
     PlacementError,
@@ -42,12 +46,8 @@ from answer_service.runtime.placement import (
     gpu_total_bytes,
     plan_placement,
 )
-from answer_service.runtime.rate_limit import RateLimiter
 from answer_service.runtime.redis_link import RedisLink
-from answer_service.runtime.request_log import RequestLog
 from answer_service.runtime.settings import Settings
-from answer_service.runtime.shared_requests import SharedRequests
-from answer_service.runtime.telemetry import RecentTraces, build_tracer_provider
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient

@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX
 from answer_service.pipeline.attribution import SUPPORT_THRESHOLD
 from answer_service.pipeline.planning import read_quality_curves
-from answer_service.runtime.auth import read_api_keys
+from answer_service.runtime.keys.auth import read_api_keys
 from budget.forms import AnswerMode
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.rerank.base import DEFAULT_RERANKER
@@ -201,10 +201,10 @@ class Settings(BaseSettings):
 
     # Freeze the start-up heap out of the garbage collector's walks once warm, so a full
     # collection does not stall every answer for the ~550k objects torch and the models left
-    # (answer_service/runtime/gc_pauses.py).
+    # (answer_service/runtime/observability/gc_pauses.py).
     gc_freeze: bool = True
     # Log the event loop's stack when it is kept this long past due (0: off;
-    # answer_service/runtime/loop_lag.py).
+    # answer_service/runtime/observability/loop_lag.py).
     loop_stall_ms: int = Field(default=0, ge=0)
 
     record_content: bool = False
@@ -216,7 +216,7 @@ class Settings(BaseSettings):
     shared_requests: int = Field(default=20_000, ge=1)
     dashboard_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
 
-    # API keys (answer_service/runtime/auth.py): a JSON file of key digests with their tier and limits;
+    # API keys (answer_service/runtime/keys/auth.py): a JSON file of key digests with their tier and limits;
     # None: no keys asked for. `answer-service keys add` writes it.
     api_keys_file: Path | None = None
     # How often the key file is checked for a change (revoked or added keys take effect

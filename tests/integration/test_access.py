@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from answer_service.runtime.auth import ApiKey, digest, write_api_keys
+from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, parse_sse
 

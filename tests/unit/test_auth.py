@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from answer_service.cli.keys import add_keys_commands
-from answer_service.runtime.auth import (
+from answer_service.runtime.keys.auth import (
     ApiKey,
     ApiKeyFileError,
     KeyRing,
@@ -20,7 +20,7 @@ from answer_service.runtime.auth import (
     read_api_keys,
     write_api_keys,
 )
-from answer_service.runtime.rate_limit import LocalBuckets
+from answer_service.runtime.keys.rate_limit import LocalBuckets
 
 
 def test_a_key_file_keeps_digests_only_and_reads_back(tmp_path: Path) -> None:

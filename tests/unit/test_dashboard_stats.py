@@ -8,8 +8,13 @@ import json
 import pytest
 
 from answer_service.pipeline.events import AnswerStats, Cut, PlanRecord, StageTimings
-from answer_service.runtime.dashboard_stats import cache_status, percentile, prompt_bucket, snapshot
-from answer_service.runtime.request_log import RequestLog, RequestSummary
+from answer_service.runtime.observability.dashboard_stats import (
+    cache_status,
+    percentile,
+    prompt_bucket,
+    snapshot,
+)
+from answer_service.runtime.observability.request_log import RequestLog, RequestSummary
 from budget.planner import Knobs, StageTimes
 
 NOW = 1_800_000_000.0

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from answer_service.runtime.gc_pauses import GcPauses, freeze_heap, thaw_heap
+from answer_service.runtime.observability.gc_pauses import GcPauses, freeze_heap, thaw_heap
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from answer_service.runtime.auth import ApiKey, KeyRing, digest, read_api_keys, write_api_keys
-from answer_service.runtime.key_watch import KeyFileWatcher
+from answer_service.runtime.keys.auth import ApiKey, KeyRing, digest, read_api_keys, write_api_keys
+from answer_service.runtime.keys.key_watch import KeyFileWatcher
 
 TIERS = ("premium", "standard")
 A = ApiKey("a", digest("ask_a"), "standard")

@@ -1,4 +1,4 @@
-"""The event loop's lateness (answer_service/runtime/loop_lag.py): a callback that keeps the loop
+"""The event loop's lateness (answer_service/runtime/observability/loop_lag.py): a callback that keeps the loop
 shows up as lag, a loop left free does not."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from answer_service.runtime.loop_lag import LoopLag
+from answer_service.runtime.observability.loop_lag import LoopLag
 
 
 def _counts(registry: CollectorRegistry) -> tuple[float, float]:
@@ -72,7 +72,7 @@ def test_a_stall_is_logged_once_with_the_stack_that_kept_the_loop(
 ) -> None:
     registry = CollectorRegistry()
     lag = LoopLag(registry, every_s=0.01, stall_s=0.04)
-    with caplog.at_level(logging.WARNING, logger="answer_service.runtime.loop_lag"):
+    with caplog.at_level(logging.WARNING, logger="answer_service.runtime.observability.loop_lag"):
         asyncio.run(_sample_while(lag, 0.3, blocking=True))
     stalls = [r for r in caplog.records if "event loop stalled" in r.getMessage()]
     assert len(stalls) == 1  # one stall, however long it went on
@@ -84,7 +84,7 @@ def test_no_stall_is_reported_on_a_free_loop_or_when_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     free, off = CollectorRegistry(), CollectorRegistry()
-    with caplog.at_level(logging.WARNING, logger="answer_service.runtime.loop_lag"):
+    with caplog.at_level(logging.WARNING, logger="answer_service.runtime.observability.loop_lag"):
         asyncio.run(_sample_while(LoopLag(free, every_s=0.01, stall_s=0.04), 0.3, blocking=False))
         asyncio.run(_sample_while(LoopLag(off, every_s=0.01), 0.3, blocking=True))
     assert not [r for r in caplog.records if "event loop stalled" in r.getMessage()]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from answer_service.runtime.gc_pauses import GcPauses
-from answer_service.runtime.loop_lag import LoopLag
-from answer_service.runtime.metrics import ServiceMetrics
+from answer_service.runtime.observability.gc_pauses import GcPauses
+from answer_service.runtime.observability.loop_lag import LoopLag
+from answer_service.runtime.observability.metrics import ServiceMetrics
 from eval.bench.overload_soak import (
     gc_pauses_between,
     loop_lag_between,

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from answer_service.pipeline.events import AnswerStats, PlanRecord, StageTimings
-from answer_service.runtime.metrics import ServiceMetrics
+from answer_service.runtime.observability.metrics import ServiceMetrics
 from budget.planner import Knobs, StageTimes
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

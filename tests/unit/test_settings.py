@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from answer_service.runtime.auth import ApiKey, digest, write_api_keys
+from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
 from answer_service.runtime.settings import Settings
 
 

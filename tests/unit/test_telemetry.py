@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from opentelemetry import trace
 
-from answer_service.runtime.telemetry import RecentTraces, build_tracer_provider
+from answer_service.runtime.observability.telemetry import RecentTraces, build_tracer_provider
 
 
 def test_finished_requests_are_grouped_by_trace_newest_first() -> None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from answer_service.runtime.auth import ApiKey
+from answer_service.runtime.keys.auth import ApiKey
 from answer_service.runtime.redis_link import RedisLink
 
 TOKEN_BUCKET = """

@@ -15,7 +15,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
-from answer_service.runtime.auth import ApiKeyFileError, KeyRing, read_api_keys
+from answer_service.runtime.keys.auth import ApiKeyFileError, KeyRing, read_api_keys
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from answer_service.runtime.form_labels import SERVED_FORMS, UNKNOWN_FORM, model_served, served_form
-from answer_service.runtime.request_log import RequestSummary
+from answer_service.runtime.observability.form_labels import (
+    SERVED_FORMS,
+    UNKNOWN_FORM,
+    model_served,
+    served_form,
+)
+from answer_service.runtime.observability.request_log import RequestSummary
 
 WINDOWS_S = (60, 300, 900)
 SERIES_BUCKET_S = 10

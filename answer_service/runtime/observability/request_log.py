@@ -2,7 +2,7 @@
 
 `RequestLog` keeps the last summaries of this replica in memory and, when the service has a
 Redis (`ANSWER_REDIS_URL`), also appends them to a shared stream, so a dashboard on any replica
-sees every replica's requests (`answer_service/runtime/shared_requests.py`). A summary holds numbers and
+sees every replica's requests (`answer_service/runtime/observability/shared_requests.py`). A summary holds numbers and
 ids only: no query, passage or answer text.
 
 Replicas of different versions share one stream: `from_json` reads a summary that lacks the

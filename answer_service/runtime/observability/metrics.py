@@ -23,7 +23,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from answer_service.pipeline.events import AnswerStats, PlanRecord
-from answer_service.runtime.form_labels import served_form
+from answer_service.runtime.observability.form_labels import served_form
 from budget.planner import STAGES
 
 # First tokens and stages: from a few ms (a cached prompt on a GPU) to the CPU's tens of seconds.

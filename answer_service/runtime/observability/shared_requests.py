@@ -13,8 +13,8 @@ import json
 import logging
 from collections import deque
 
+from answer_service.runtime.observability.request_log import RequestSummary
 from answer_service.runtime.redis_link import RedisLink
-from answer_service.runtime.request_log import RequestSummary
 
 logger = logging.getLogger(__name__)
 
