@@ -18,7 +18,8 @@ from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import ScoredPassage
 from retrieval.pool import StagePool
 from retrieval.rerank.base import Reranker
-from retrieval.search.base import SearchConfig, SearchRequest, build_searchers
+from retrieval.search.base import SearchConfig, SearchRequest
+from retrieval.search.modes import build_searchers
 from retrieval.sentences.reader import Reader, ReadMix
 from retrieval.sentences.scorer import ScorerWeights, SentenceScorer
 from retrieval.stages import EmbedStage, ReadStage, RerankStage, SearchStage, SentenceStage

@@ -53,7 +53,7 @@ from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
 from retrieval.embedder import Embedder, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError
-from retrieval.rerank.base import load_reranker
+from retrieval.rerank.factory import load_reranker
 from retrieval.retriever import Retriever
 from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader
 

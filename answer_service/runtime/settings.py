@@ -16,7 +16,7 @@ from answer_service.runtime.keys.auth import read_api_keys
 from budget.forms import AnswerMode
 from retrieval.embedder import DEFAULT_EMBEDDER
 from retrieval.rerank.base import DEFAULT_RERANKER
-from retrieval.search.base import registered_modes
+from retrieval.search.modes import registered_modes
 
 DEFAULT_SGLANG_PORT = 30000
 # auto (GPU 0 where torch sees one, else the CPU), cpu, cuda (GPU 0) or cuda:N.

@@ -1,5 +1,5 @@
 """Reranking: reorders a search's candidates for a query. One protocol; the implementation is
-chosen by `RerankerConfig.kind` in `build_reranker` and handed to the retriever whole.
+chosen by `RerankerConfig.kind` in `build_reranker` (rerank/factory.py) and handed to the retriever whole.
 
     cross_encoder   a sentence-transformers CrossEncoder by hub id or folder (scores each
                     (query, passage) pair jointly: the costliest retrieval knob)
@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from retrieval.embedder import Vectors
-from retrieval.errors import RetrievalError
-from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import ScoredPassage
 
 logger = logging.getLogger(__name__)
@@ -57,36 +55,3 @@ class RerankerConfig:
     batch_size: int = 32
     # The sentence reranker's scorer weights (default: the package's).
     scorer_file: Path | None = None
-
-
-def build_reranker(config: RerankerConfig, index: LoadedIndex | None = None) -> Reranker:
-    """The reranker `config` names, not yet warmed up (the sentence reranker reads `index`'s
-    sentences)."""
-    if config.kind == "sentence":
-        from retrieval.rerank.sentence import PassageMix, SentenceReranker
-        from retrieval.sentences.scorer import ScorerWeights
-
-        if index is None:
-            raise RetrievalError("the sentence reranker needs the index it reranks")
-        return SentenceReranker(index, ScorerWeights.read(config.scorer_file), PassageMix.read())
-    if config.kind == "cross_encoder":
-        from retrieval.rerank.cross_encoder import CrossEncoderReranker
-
-        if config.model is None:
-            raise RetrievalError("a cross-encoder reranker needs a model")
-        return CrossEncoderReranker(config.model, config)
-    raise RetrievalError(f"unknown reranker kind {config.kind!r}")
-
-
-def load_reranker(config: RerankerConfig, index: LoadedIndex | None = None) -> Reranker | None:
-    """A warmed-up reranker, or None (said once, with the reason) when none can be loaded."""
-    if config.model is None and config.kind == "cross_encoder":
-        logger.info("reranker disabled by configuration")
-        return None
-    try:
-        reranker = build_reranker(config, index)
-        reranker.warm_up()
-    except RetrievalError as exc:
-        logger.warning("reranker unavailable, answering without the rerank stage: %s", exc)
-        return None
-    return reranker

@@ -1,7 +1,7 @@
 """Cross-encoder reranking: scores (query, passage) pairs jointly, the costliest retrieval knob.
 
 Any sentence-transformers `CrossEncoder` loads by hub id or local folder. Where none can be
-loaded (no hub, no local model), `load_reranker` (rerank/base.py) says so once and returns None,
+loaded (no hub, no local model), `load_reranker` (rerank/factory.py) says so once and returns None,
 and the service plans without the stage.
 """
 

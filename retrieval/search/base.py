@@ -2,7 +2,7 @@
 registered under the mode's name.
 
 A mode is one file with a class that honours `Searcher` and a `build` function, plus one line
-in `SEARCH_MODES` (or `register_mode` at run time, for a plugin or a test). Nothing outside
+in `SEARCH_MODES` (modes.py; or `register_mode` at run time, for a plugin or a test). Nothing outside
 `retrieval/` decides anything by a mode's name: it asks the searcher (`needs_vector`).
 """
 
@@ -54,38 +54,6 @@ class ModeUnavailableError(RetrievalError):
 
 SearcherFactory = Callable[[LoadedIndex, SearchConfig], Searcher]
 """Builds a mode's searcher over an index; raises `ModeUnavailableError` when it cannot."""
-
-_EXTRA_MODES: dict[str, SearcherFactory] = {}
-
-
-def register_mode(mode: str, factory: SearcherFactory) -> None:
-    """Add a search mode at run time (the built-in ones are listed in `SEARCH_MODES`)."""
-    _EXTRA_MODES[mode] = factory
-
-
-def unregister_mode(mode: str) -> None:
-    _EXTRA_MODES.pop(mode, None)
-
-
-def factories() -> dict[str, SearcherFactory]:
-    from retrieval.search.modes import SEARCH_MODES
-
-    return {**SEARCH_MODES, **_EXTRA_MODES}
-
-
-def registered_modes() -> tuple[str, ...]:
-    return tuple(factories())
-
-
-def build_searchers(index: LoadedIndex, config: SearchConfig) -> dict[str, Searcher]:
-    """Every registered mode this index can serve, by name."""
-    searchers: dict[str, Searcher] = {}
-    for mode, factory in factories().items():
-        try:
-            searchers[mode] = factory(index, config)
-        except ModeUnavailableError:
-            continue
-    return searchers
 
 
 def passages_of(index: LoadedIndex, hits: list[tuple[int, float]]) -> list[ScoredPassage]:

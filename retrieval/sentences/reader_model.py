@@ -1,6 +1,6 @@
 """The reader's network (torch): a BERT encoder reading a (question, sentence) pair, the mean of
 its token states, one logit. `PairModel.from_base` builds it for training (the base frozen,
-low-rank adapters on `reader.TARGETS`, layer norms and head trainable); `PairModel.merged`
+low-rank adapters on `reader_adapter.TARGETS`, layer norms and head trainable); `PairModel.merged`
 builds it for serving, the adapters added into the base weights. Imported only where torch is
 wanted (reader.py loads it in `warm_up()`)."""
 
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
-from retrieval.sentences.reader import TARGETS, ReaderMeta
+from retrieval.sentences.reader_adapter import TARGETS, ReaderMeta
 
 
 class LoraLinear(nn.Module):

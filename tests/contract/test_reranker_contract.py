@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.rerank.base import Reranker, RerankerConfig, RerankRequest, build_reranker
+from retrieval.rerank.base import Reranker, RerankerConfig, RerankRequest
+from retrieval.rerank.factory import build_reranker
 from tests.fakes.word_overlap_reranker import WordOverlapReranker
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from retrieval.errors import RetrievalError
 from retrieval.index.loaded import LoadedIndex
-from retrieval.search.base import SearchConfig, Searcher, SearchRequest, factories
+from retrieval.search.base import SearchConfig, Searcher, SearchRequest
+from retrieval.search.modes import factories
 from tests.builders import make_index
 from tests.fakes import title_searcher
 from tests.fakes.hash_embedder import HashEmbedder

@@ -16,8 +16,9 @@ from budget import Deadline
 from retrieval.embedder import DEFAULT_EMBEDDER, resolve_model_path
 from retrieval.passage import Passage, ScoredPassage
 from retrieval.pool import StagePool
-from retrieval.rerank.base import RerankerConfig, RerankRequest, load_reranker
+from retrieval.rerank.base import RerankerConfig, RerankRequest
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
+from retrieval.rerank.factory import load_reranker
 from retrieval.stages import RerankStage
 from tests.integration.conftest import ServiceFactory
 from tests.support import post_answer

@@ -28,7 +28,7 @@ from budget import Deadline
 from generation.stages import PromptConfig
 from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
-from retrieval.search.base import register_mode, unregister_mode
+from retrieval.search.modes import register_mode, unregister_mode
 from tests.builders import DOCUMENTS, make_index, make_pipeline
 from tests.fakes import title_searcher
 from tests.fakes.scripted_generation import ScriptedGeneration, words

@@ -1,0 +1,94 @@
+"""The sentence reader's adapter file and how it was trained (reader.py reads with it,
+reader_model.py builds the torch model from it; both import this, so neither imports the other
+at load time).
+
+The adapter file: `lora/<module>/a` (rank x in) and `lora/<module>/b` (out x rank) per adapted
+linear layer, `norm/<module>/weight|bias` per layer norm, `head/weight|bias`, and `meta` (a JSON
+string: rank, alpha, the base model, max_tokens, whether the passage title is read).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from retrieval.embedder import DEFAULT_EMBEDDER
+from retrieval.errors import RetrievalError
+
+# The linear layers of a BERT layer that carry adapters (names under `encoder.layer.<i>.`).
+TARGETS = (
+    "attention.self.query",
+    "attention.self.key",
+    "attention.self.value",
+    "attention.output.dense",
+    "intermediate.dense",
+    "output.dense",
+)
+ADAPTER_FILE = "reader.npz"
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderMeta:
+    """How an adapter was trained, which is how it must be read."""
+
+    base: str = DEFAULT_EMBEDDER
+    rank: int = 16
+    alpha: float = 32.0
+    max_tokens: int = 128
+    with_title: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "base": self.base,
+                "rank": self.rank,
+                "alpha": self.alpha,
+                "max_tokens": self.max_tokens,
+                "with_title": self.with_title,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ReaderMeta:
+        raw = json.loads(text)
+        return cls(
+            str(raw["base"]),
+            int(raw["rank"]),
+            float(raw["alpha"]),
+            int(raw["max_tokens"]),
+            bool(raw["with_title"]),
+        )
+
+
+def pair_text(text: str, title: str, with_title: bool) -> str:
+    """The second half of a pair: the sentence (line wraps as spaces), after its passage's title
+    where the adapter was trained so."""
+    sentence = " ".join(text.split())
+    return f"{title}: {sentence}" if with_title and title else sentence
+
+
+def read_adapter(path: Path | None = None) -> tuple[ReaderMeta, dict[str, npt.NDArray[Any]]]:
+    """The adapter in `path`, or the one shipped with the package."""
+    try:
+        if path is None:
+            with resources.as_file(
+                resources.files("retrieval.sentences").joinpath(ADAPTER_FILE)
+            ) as shipped:
+                return read_adapter(shipped)
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: np.asarray(data[k]) for k in data.files}
+        meta = ReaderMeta.from_json(str(arrays.pop("meta")))
+    except (OSError, ValueError, KeyError) as exc:
+        raise RetrievalError(f"cannot read the sentence reader's adapter: {exc}") from exc
+    return meta, arrays
+
+
+def write_adapter(path: Path, meta: ReaderMeta, arrays: dict[str, npt.NDArray[Any]]) -> None:
+    half: dict[str, Any] = {k: np.asarray(v, dtype=np.float16) for k, v in arrays.items()}
+    np.savez_compressed(path, meta=np.asarray(meta.to_json()), **half)
