@@ -23,12 +23,14 @@ from typing import Literal
 
 from budget.latency_model import LatencyModel, LinearPrior, ModelState
 
-Stage = Literal["embed", "search", "rerank", "sentences", "prompt", "first_token"]
-STAGES: tuple[Stage, ...] = ("embed", "search", "rerank", "sentences", "prompt", "first_token")
+# The stages the planner predicts and prices (the runner runs others too: their names are plain
+# strings; `budget.stage.Stage` is the protocol every stage honours).
+StageName = Literal["embed", "search", "rerank", "sentences", "prompt", "first_token"]
+STAGES: tuple[StageName, ...] = ("embed", "search", "rerank", "sentences", "prompt", "first_token")
 # Sentences scored per retrieved passage, for the sentence stage's predicted work.
 SENTENCES_PER_PASSAGE = 6
 # A stage's estimated time for an amount of work on a worker (`StageModels.median_ms`, ...).
-StageEstimate = Callable[[Stage, float, str], float]
+StageEstimate = Callable[[StageName, float, str], float]
 
 
 def query_tokens(query: str) -> int:
@@ -61,7 +63,7 @@ class StagePriors:
     prompt: LinearPrior = _PROMPT
     first_token: LinearPrior = _FIRST_TOKEN
 
-    def of(self, stage: Stage) -> LinearPrior:
+    def of(self, stage: StageName) -> LinearPrior:
         prior: LinearPrior = getattr(self, stage)
         return prior
 
@@ -74,9 +76,9 @@ class StageModels:
     quantile: float = 0.9
     # The quantile admission predicts with (`admit_ms`): plans are chosen on `quantile`.
     admit_quantile: float = 0.9
-    _models: dict[tuple[Stage, str], LatencyModel] = field(default_factory=dict)
+    _models: dict[tuple[StageName, str], LatencyModel] = field(default_factory=dict)
 
-    def model(self, stage: Stage, worker: str = "") -> LatencyModel:
+    def model(self, stage: StageName, worker: str = "") -> LatencyModel:
         key = (stage, worker if stage == "first_token" else "")
         found = self._models.get(key)
         if found is None:
@@ -85,16 +87,16 @@ class StageModels:
             )
         return found
 
-    def predict_ms(self, stage: Stage, work: float, worker: str = "") -> float:
+    def predict_ms(self, stage: StageName, work: float, worker: str = "") -> float:
         return self.model(stage, worker).predict_ms(work)
 
-    def median_ms(self, stage: Stage, work: float, worker: str = "") -> float:
+    def median_ms(self, stage: StageName, work: float, worker: str = "") -> float:
         return self.model(stage, worker).median_ms(work)
 
-    def admit_ms(self, stage: Stage, work: float, worker: str = "") -> float:
+    def admit_ms(self, stage: StageName, work: float, worker: str = "") -> float:
         return self.model(stage, worker).admit_ms(work)
 
-    def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
+    def observe(self, stage: StageName, work: float, elapsed_ms: float, worker: str = "") -> None:
         self.model(stage, worker).observe(work, elapsed_ms)
 
     def settle(self) -> list[str]:
@@ -141,20 +143,26 @@ class QualityCurve:
 
 @dataclass(frozen=True, slots=True)
 class StageTimes:
+    """Milliseconds per stage: a plan's predictions, or what a request really spent. The one
+    stage-times type: the `plan` event shows the planned stages, `done` the request's."""
+
     embed: float = 0.0
     search: float = 0.0
     rerank: float = 0.0
     sentences: float = 0.0
+    # The sentence reader (0 where the scorer was sure, or there is no reader); not planned.
+    read: float = 0.0
     prompt: float = 0.0
     first_token: float = 0.0
+    # The stream from its first token to its end; not planned.
+    generate: float = 0.0
 
     @property
     def total(self) -> float:
-        return (
-            self.embed + self.search + self.rerank + self.sentences + self.prompt + self.first_token
-        )
+        """The planned stages' time to a first token."""
+        return sum(self.of(stage) for stage in STAGES)
 
-    def of(self, stage: Stage) -> float:
+    def of(self, stage: StageName) -> float:
         value: float = getattr(self, stage)
         return value
 
@@ -394,6 +402,11 @@ class Planner:
             + at("first_token", ahead, request.worker)
             + self._queue_ms(request)
         )
+
+    def first_token_floor_ms(self, worker: str) -> float:
+        """The fixed part of any first token on `worker` (its typical time for an empty
+        prompt): a request with less time left cannot get one, however short its prompt."""
+        return self.models.median_ms("first_token", 0.0, worker)
 
     def prompt_fits(
         self,

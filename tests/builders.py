@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from answer_service.pipeline.answer_pipeline import AnswerPipeline, PipelineConfig
 from answer_service.pipeline.forms import FormConfig
-from answer_service.pipeline.generation import GenerationConfig
+from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.pipeline.planning import PlanningConfig
-from answer_service.pipeline.retrieval import RetrievalConfig
-from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
+from answer_service.pipeline.retrieval_steps import RetrievalConfig
 from budget.forms import AnswerMode
 from generation.client import GenerationClient
 from retrieval.embedder import Embedder

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from answer_service.errors import ForbiddenError, InvalidRequestError, NotReadyError
 from answer_service.http.schemas import AnswerBody, ServiceFields
+from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.attribution import Citation, with_markers
 from answer_service.pipeline.events import (
     AnswerRequest,
@@ -24,7 +25,6 @@ from answer_service.pipeline.events import (
     ErrorEvent,
     TokenEvent,
 )
-from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
 from answer_service.runtime.components import Components
 from answer_service.runtime.keys.auth import ApiKey
 from answer_service.runtime.settings import Settings

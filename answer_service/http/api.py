@@ -60,6 +60,7 @@ from answer_service.http.schemas import (
     SourcesPayload,
     TokenPayload,
 )
+from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.events import (
     CitationEvent,
     DoneEvent,
@@ -69,7 +70,6 @@ from answer_service.pipeline.events import (
     SourcesEvent,
     TokenEvent,
 )
-from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
 from answer_service.runtime.components import Components
 from answer_service.runtime.settings import Settings
 from budget import Deadline

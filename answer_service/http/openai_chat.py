@@ -31,8 +31,8 @@ from answer_service.http.answering import (
     start_openai_answer,
 )
 from answer_service.http.schemas import ErrorResponse, ServiceFields
+from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.events import AnswerStats, DoneEvent, ErrorEvent, Source, TokenEvent
-from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
 
 router = APIRouter()
 

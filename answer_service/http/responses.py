@@ -65,6 +65,7 @@ from answer_service.http.responses_schemas import (
     UrlCitation,
 )
 from answer_service.http.schemas import ErrorResponse
+from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import (
     AnswerStats,
@@ -75,7 +76,6 @@ from answer_service.pipeline.events import (
     Source,
     TokenEvent,
 )
-from answer_service.pipeline.runner import AnswerPipeline, PreparedAnswer
 
 router = APIRouter()
 

@@ -38,7 +38,10 @@ from answer_service.pipeline.events import (
 )
 from answer_service.pipeline.ports import AnswerStore
 from answer_service.pipeline.prepared import Generation, PreparedAnswer
+from answer_service.pipeline.stage_runner import StageRunner
+from answer_service.pipeline.stages import FirstTokenRequest, FirstTokenStage
 from answer_service.pipeline.values import error_event
+from generation.client import TokenDelta
 from generation.errors import GenerationError
 from generation.guard import RepetitionGuard, Verdict
 from retrieval.sentences.splitter import (
@@ -64,15 +67,19 @@ class CitationConfig:
 
 
 async def answer_events(
-    prepared: PreparedAnswer, config: CitationConfig, store: AnswerStore | None
+    prepared: PreparedAnswer,
+    config: CitationConfig,
+    store: AnswerStore | None,
+    runner: StageRunner,
 ) -> AsyncIterator[PipelineEvent]:
+    handle = prepared.handle
     yield PlanEvent(prepared.record)
     yield SourcesEvent(prepared.sources)
-    if prepared.outcome == "abstained":
-        prepared.first_token()
+    if handle.outcome == "abstained":
+        prepared.shown()
         yield TokenEvent(ABSTENTION)
     if (cached := prepared.cached) is not None:
-        prepared.first_token()
+        prepared.shown()
         yield TokenEvent(cached.text)
         for citation in cached.citations:
             yield CitationEvent(citation)
@@ -84,24 +91,22 @@ async def answer_events(
     generate_started_s = time.perf_counter()
     try:
         if generation is not None:
-            async for event in writer.events(generation):
+            deltas = await _first_token(prepared, generation, runner)
+            async for event in writer.events(generation, deltas):
                 yield event
     except GenerationError as exc:
         error = error_event(exc)
-        prepared.outcome = "error"
+        handle.outcome = "error"
         assert generation is not None
         generation.span.record_exception(exc)
         generation.span.set_status(Status(StatusCode.ERROR, error.message[:200]))
         logger.warning("generation failed trace_id=%s code=%s", prepared.trace_id, error.code)
     except BaseException:
-        prepared.outcome = "cancelled"
+        handle.outcome = "cancelled"
         raise
     finally:
         if generation is not None:
-            prepared.timings = dataclasses.replace(
-                prepared.timings,
-                generate_ms=(time.perf_counter() - generate_started_s) * 1000.0,
-            )
+            handle.plan = handle.plan.streamed((time.perf_counter() - generate_started_s) * 1000.0)
         prepared.close_nowait()
     if error is not None:
         yield error
@@ -112,14 +117,44 @@ async def answer_events(
     yield DoneEvent(stats)
 
 
+async def _first_token(
+    prepared: PreparedAnswer, generation: Generation, runner: StageRunner
+) -> AsyncIterator[TokenDelta]:
+    """The stream up to the model's first token, a stage of its own: when it comes the slot
+    is free for the next prefill and the worker's first-token model learns its time. The
+    deltas from the first on."""
+    handle = prepared.handle
+    deltas = aiter(generation.stream)
+    first, handle.plan = await runner.run(
+        FirstTokenStage(),
+        FirstTokenRequest(deltas, generation.sent_s, generation.prefill_tokens),
+        prepared.deadline,
+        handle.plan,
+        worker=generation.worker,
+        parent=prepared.root,
+    )
+    handle.prefilled = True
+    generation.slot.prefilled()
+    return _from(first.value, deltas)
+
+
+async def _from(
+    first: TokenDelta | None, rest: AsyncIterator[TokenDelta]
+) -> AsyncIterator[TokenDelta]:
+    if first is None:
+        return
+    yield first
+    async for delta in rest:
+        yield delta
+
+
 def _quote_events(prepared: PreparedAnswer) -> list[PipelineEvent]:
     """A quoted answer: each sentence as a token, then its citation (source n is the n-th
     passage in retrieval order, as the sources list them)."""
     events: list[PipelineEvent] = []
     text = ""
     for n, quoted in enumerate(prepared.quote):
-        if prepared.ttft_ms is None:
-            prepared.first_token()
+        prepared.shown()
         piece = quoted.text if n == 0 else " " + quoted.text
         start = len(text) + (len(piece) - len(quoted.text))
         text += piece
@@ -153,6 +188,7 @@ class _AnswerWriter:
 
     def __init__(self, prepared: PreparedAnswer, config: CitationConfig) -> None:
         self._prepared = prepared
+        self._handle = prepared.handle
         self._policy = config.unsupported
         self._config = config
         self.emitted = ""  # what the client has been sent
@@ -160,7 +196,9 @@ class _AnswerWriter:
         self._generated = ""
         self._held_from = 0  # where the generated text not yet sent starts
 
-    async def events(self, generation: Generation) -> AsyncIterator[PipelineEvent]:
+    async def events(
+        self, generation: Generation, deltas: AsyncIterator[TokenDelta]
+    ) -> AsyncIterator[PipelineEvent]:
         attributor = Attributor(
             [(p.number, f"{p.title}\n{p.text}") for p in generation.prompt.passages],
             threshold=self._config.threshold,
@@ -168,28 +206,28 @@ class _AnswerWriter:
         )
         guard = RepetitionGuard(enabled=self._config.loop_guard)
         sentences = SentenceStream()
-        async for delta in generation.stream:
+        async for delta in deltas:
             self._generated += delta.text
             for span in sentences.feed(delta.text):
                 for event in self._finished(span, attributor, guard):
                     yield event
-                if self._prepared.stopped is not None:
+                if self._handle.stopped is not None:
                     break
-            if self._prepared.stopped is None and guard.feed(delta.text):
+            if self._handle.stopped is None and guard.feed(delta.text):
                 self._stop("repetition", generation)
-            if self._prepared.stopped is not None:
+            if self._handle.stopped is not None:
                 break
             if self._policy == "mark":
                 for event in self._send_to(self._showable(sentences, guard)):
                     yield event
-        if self._policy != "mark" and self._prepared.stopped is not None:
+        if self._policy != "mark" and self._handle.stopped is not None:
             for event in self._if_nothing_shown():  # what was held back is not shown
                 yield event
             return
         for span in sentences.finish():
-            if self._prepared.stopped is not None and self._policy != "mark":
+            if self._handle.stopped is not None and self._policy != "mark":
                 break
-            checking = self._prepared.stopped is None
+            checking = self._handle.stopped is None
             for event in self._finished(span, attributor, guard, checking=checking, last=True):
                 yield event
         # What is left: a sentence cut short (shown unless it could be a repeat); white space
@@ -206,10 +244,10 @@ class _AnswerWriter:
     def _if_nothing_shown(self) -> list[PipelineEvent]:
         """An answer whose every sentence was held back as unsupported says it does not know,
         rather than nothing."""
-        if self._policy == "mark" or self.emitted.strip() or not self._prepared.sentences:
+        if self._policy == "mark" or self.emitted.strip() or not self._handle.sentences:
             return []
-        if self._prepared.stopped is None:
-            self._prepared.stopped = "unsupported"
+        if self._handle.stopped is None:
+            self._handle.stopped = "unsupported"
         return self._send(ABSTENTION)
 
     def _showable(self, sentences: SentenceStream, guard: RepetitionGuard) -> int:
@@ -253,9 +291,9 @@ class _AnswerWriter:
         citation = attributor.cite(span, text)
         supported = citation is None or citation.supported
         if citation is not None:
-            self._prepared.sentences += 1
+            self._handle.sentences += 1
         if citation is not None and not citation.supported:
-            self._prepared.unsupported_sentences += 1
+            self._handle.unsupported_sentences += 1
         if self._policy == "mark":
             events = self._send_to(span.end)
         elif not supported:
@@ -291,13 +329,12 @@ class _AnswerWriter:
     def _send(self, text: str) -> list[PipelineEvent]:
         if not text:
             return []
-        if self._prepared.ttft_ms is None:
-            self._prepared.first_token()
+        self._prepared.shown()
         self.emitted += text
         return [TokenEvent(text)]
 
     def _stop(self, reason: str, generation: Generation) -> None:
         """End the answer here and abort the server's request."""
-        self._prepared.stopped = reason
+        self._handle.stopped = reason
         generation.stream.close_nowait()
         logger.info("answer stopped trace_id=%s reason=%s", self._prepared.trace_id, reason)

@@ -1,5 +1,6 @@
 """What flows out of the answer pipeline: the request it answers, the sources, token deltas,
-errors and the final statistics, as plain values (the API turns them into SSE payloads)."""
+errors and the final statistics, as plain values (the API turns them into SSE payloads). The
+plan's record and its cuts are budget/'s values, named here too for the API's use."""
 
 from __future__ import annotations
 
@@ -9,8 +10,24 @@ from typing import Any
 
 from answer_service.pipeline.attribution import Citation
 from budget.forms import AnswerMode
-from budget.planner import Knobs, StageTimes
-from retrieval.passage import ScoredPassage
+from budget.planner import StageTimes
+from budget.request_plan import Cut, PlanRecord
+
+__all__ = [
+    "AnswerRequest",
+    "AnswerStats",
+    "CachedAnswer",
+    "CitationEvent",
+    "Cut",
+    "DoneEvent",
+    "ErrorEvent",
+    "PipelineEvent",
+    "PlanEvent",
+    "PlanRecord",
+    "Source",
+    "SourcesEvent",
+    "TokenEvent",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,41 +46,6 @@ class AnswerRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Cut:
-    """Work the plan had that the request did not get, and why."""
-
-    stage: str
-    reason: str
-    planned: int
-    done: int
-
-
-@dataclass(frozen=True, slots=True)
-class PlanRecord:
-    """What the request was planned to do and what it did; the `plan` event."""
-
-    planner: bool
-    tier: str
-    budget_ms: float
-    knobs: Knobs
-    # The plan made at arrival, before any cut.
-    initial: Knobs
-    quality: float
-    predicted_ms: StageTimes
-    actual_ms: StageTimes
-    cuts: tuple[Cut, ...]
-    queue_wait_ms: float
-    worker: str
-    # The answer form chosen (quote, focused, passages; abstain or sources_only when the model
-    # was not asked for another reason), for which mode, and why.
-    form: str = "passages"
-    mode: str = "auto"
-    form_reason: str = ""
-    # The smallest generated answer's typical time to a first token on an idle worker.
-    floor_ms: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class Source:
     number: int
     passage_id: str
@@ -74,25 +56,13 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True)
-class StageTimings:
-    embed_ms: float = 0.0
-    search_ms: float = 0.0
-    rerank_ms: float = 0.0
-    sentences_ms: float = 0.0
-    # The sentence reader's part (0 where the scorer was sure or there is no reader).
-    read_ms: float = 0.0
-    prompt_ms: float = 0.0
-    generate_ms: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class AnswerStats:
     trace_id: str
     outcome: str
     ttft_ms: float | None
     ttft_budget_ms: int
     within_budget: bool
-    stages: StageTimings
+    stages: StageTimes
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
@@ -112,13 +82,6 @@ class AnswerStats:
     # Sentences of a generated answer the service checked, and those no source supports.
     sentences: int = 0
     unsupported_sentences: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Retrieved:
-    passages: list[ScoredPassage]
-    timings: StageTimings
-    degraded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

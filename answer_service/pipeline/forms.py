@@ -12,7 +12,6 @@ from importlib import resources
 from pathlib import Path
 
 from answer_service.pipeline.planning import RequestPlanning
-from answer_service.pipeline.prepared import PreparedAnswer
 from budget.forms import (
     FORMS,
     AnswerForm,
@@ -25,6 +24,7 @@ from budget.forms import (
 )
 from budget.planner import query_tokens
 from budget.query_quality import QueryQuality, question_kind
+from budget.request_plan import RequestPlan
 from generation.prompt_layout import ContextPassage
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import QuoteConfig
@@ -77,6 +77,21 @@ class FormConfig:
     answerable: AnswerableModel | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FormInput:
+    """What the form choice knows of a request after retrieval."""
+
+    plan: RequestPlan
+    query: str
+    # The scorer's own ranking (the form model was learned on it).
+    sentences: Sequence[ScoredSentence]
+    # What `FormPolicy.evidence` said of them.
+    evidence: float
+    # The worker the plan would send to, and the share of its prompts' tokens it holds cached.
+    worker: str
+    cached_share: float
+
+
 class FormPolicy:
     def __init__(self, config: FormConfig, planning: RequestPlanning, quality: FormQuality) -> None:
         self.config = config
@@ -102,18 +117,11 @@ class FormPolicy:
     def mode_of(self, asked: AnswerMode | None) -> AnswerMode:
         return asked or self.config.mode
 
-    def choose(
-        self,
-        answer: PreparedAnswer,
-        sentences: Sequence[ScoredSentence],
-        evidence: float,
-        worker: str,
-    ) -> FormChoice:
+    def choose(self, state: FormInput, remaining_ms: float) -> FormChoice:
         """The form for this request now: the one asked for, or under `auto` the best expected
-        quality whose predicted first token fits the time left. `evidence`: what `evidence()`
-        said of these sentences."""
-        mode = answer.plan.mode
-        most = max(answer.plan.knobs.passages, 1)
+        quality whose predicted first token fits the time left."""
+        mode = state.plan.mode
+        most = max(state.plan.knobs.passages, 1)
         if mode in ("quote", "passages") or (
             mode == "focused" and not self._planning.config.enabled
         ):
@@ -121,12 +129,13 @@ class FormPolicy:
             # with the planner off every size is the request's.
             size = 0 if mode == "quote" else most
             return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
-        request = form_request(answer.request.query, sentences, most, self.evidence(sentences))
+        worker = state.worker
+        request = form_request(state.query, state.sentences, most, state.evidence)
         planner = self._planning.planner
         models = self._planning.models
         gate = self._planning.gate
         ahead = gate.pending_tokens(worker)
-        cached = answer.cache.cached_share(worker) if answer.cache is not None else 0.0
+        cached = state.cached_share
 
         def cost(form: AnswerForm, size: int) -> float:
             if form == "quote":
@@ -137,7 +146,7 @@ class FormPolicy:
                 "first_token", ahead + tokens, worker
             )
 
-        available = planner.available_ms(answer.deadline.remaining_ms())
+        available = planner.available_ms(remaining_ms)
         expected = self._quality.expected(request)
         if mode == "focused":
             # How many excerpts is the service's choice, not the request's: the measured best

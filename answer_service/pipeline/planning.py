@@ -2,7 +2,8 @@
 
 `RequestPlanning` holds what lives as long as the service (the stage models that learn from
 every request, the quality curve, the generation gate, the arrival rate); each request gets a
-`RequestPlan` value (request_plan.py) from `start()` that its stages then replace as they go.
+`RequestPlan` value (budget/request_plan.py) from `start()`, and every later plan comes from
+that value's own decisions.
 
 With the planner switched off (`ANSWER_PLANNER=false`) the configuration is fixed by the
 settings (passages = the request's `top_k`, rerank depth = `ANSWER_RERANK_CANDIDATES` when a
@@ -11,7 +12,6 @@ reranker is loaded); the plan is still predicted and recorded, so the two can be
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Protocol
 
 from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX, GenerationGate
-from answer_service.pipeline.request_plan import RequestPlan
 from budget import CacheEstimator
 from budget.arrivals import ArrivalRate
 from budget.planner import (
@@ -28,10 +27,11 @@ from budget.planner import (
     Planner,
     PlannerConfig,
     QualityCurve,
-    Stage,
     StageModels,
+    StageName,
     query_tokens,
 )
+from budget.request_plan import RequestPlan
 
 # The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10) in
 # hybrid retrieval order: `python -m eval.calibrate.quality_curves` (eval/results/quality-curves.json).
@@ -146,13 +146,12 @@ class RequestPlanning:
         else:
             depth = self.config.fixed_rerank_depth if reranker else 0
             plan = self.planner.evaluate(request, depth, top_k)
-        # Admission: with nothing queued, a plan whose typical time makes the budget is tried
-        # (refusing on the p90 refused too many at low load); behind a queue, whose own time
-        # is less certain, only one that makes it at the admission quantile with its margins.
-        admitted = plan.admissible or (plan.likely and request.requests_ahead == 0)
-        return dataclasses.replace(
-            RequestPlan.of(plan, self.config.enabled, tier, budget_ms),
-            admitted=admitted,
+        return RequestPlan.at_arrival(
+            plan,
+            planner=self.config.enabled,
+            tier=tier,
+            budget_ms=budget_ms,
+            requests_ahead=request.requests_ahead,
             idle_floor_ms=self.planner.idle_floor_ms(request),
         )
 
@@ -171,5 +170,5 @@ class RequestPlanning:
         drain_ms = self.models.predict_ms("first_token", self.gate.pending_tokens(worker), worker)
         return max(1, math.ceil(drain_ms / 1000.0))
 
-    def observe(self, stage: Stage, work: float, elapsed_ms: float, worker: str = "") -> None:
+    def observe(self, stage: StageName, work: float, elapsed_ms: float, worker: str = "") -> None:
         self.models.observe(stage, work, elapsed_ms, worker)

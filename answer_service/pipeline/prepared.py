@@ -1,6 +1,9 @@
-"""One request from its arrival to its `done`: the plan as it stands, the sources, and, when the
-model is asked, the open stream and what it holds. `close_nowait()` is the one place all of it
-is released, without awaiting, so it is safe from any `finally`, even under cancellation."""
+"""One request once it is prepared: an immutable outcome (`PreparedAnswer`: the plan as prepare
+left it, the sources, and the quote, cached answer or abstention that answers without the model)
+and one handle (`AnswerHandle`) that owns what must be released, the generation's worker place,
+slot, stream and span, and keeps what its stream did. `close_nowait()` is the one place all of
+it is released and the request accounted for, without awaiting, so it is safe from any
+`finally`, even under cancellation."""
 
 from __future__ import annotations
 
@@ -18,28 +21,26 @@ from answer_service.pipeline.events import (
     CachedAnswer,
     PlanRecord,
     Source,
-    StageTimings,
 )
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.ports import AnswerListener
-from answer_service.pipeline.request_plan import RequestPlan
 from answer_service.pipeline.values import end_generate_span, plan_attributes
 from budget import CacheEstimator, Deadline
+from budget.request_plan import RequestPlan
 from generation.client import TokenStream
 from generation.prefix_routing import PrefixRouter
 from generation.prompt_layout import Prompt
 from retrieval.sentences.quote import QuotedSentence
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Generation:
-    """The open stream of a request that has a prompt, and what it holds while it runs."""
+    """The open stream of a request that has a prompt, and where it runs."""
 
     prompt: Prompt
     stream: TokenStream
     span: Span
     worker: str
-    router: PrefixRouter
     slot: Slot
     # Prefill work (tokens) ahead of and including this prompt when it was sent, and when.
     prefill_tokens: float
@@ -47,75 +48,95 @@ class Generation:
 
 
 @dataclass(slots=True)
+class AnswerHandle:
+    """What a prepared request holds and what its stream did: the one mutable part of a
+    request, written by the answer stream and read once, when it is closed."""
+
+    plan: RequestPlan
+    outcome: str
+    router: PrefixRouter | None = None
+    generation: Generation | None = None
+    ttft_ms: float | None = None
+    # Whether the model's first token has come (its slot freed, its time learned).
+    prefilled: bool = False
+    # Why the service ended a generated answer early (repetition, unsupported), if it did.
+    stopped: str | None = None
+    sentences: int = 0
+    unsupported_sentences: int = 0
+    closed: bool = False
+
+    def release(self) -> None:
+        """Give back the stream, the worker's place and the slot (idempotent)."""
+        generation = self.generation
+        if generation is None:
+            return
+        generation.stream.close_nowait()
+        if self.router is not None:
+            self.router.release(generation.worker)
+            self.router = None
+        generation.slot.release()
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedAnswer:
     request: AnswerRequest
     deadline: Deadline
     root: Span
+    # The plan when the request was prepared (the handle's is the latest).
     plan: RequestPlan
     planning: RequestPlanning
     listener: AnswerListener
+    handle: AnswerHandle
     cache: CacheEstimator | None = None
     sources: tuple[Source, ...] = ()
-    timings: StageTimings = field(default_factory=StageTimings)
-    generation: Generation | None = None
-    degraded: tuple[str, ...] = ()
-    outcome: str = "ok"
-    ttft_ms: float | None = None
     # A complete answer from the answer cache (no retrieval, no generation), or the key this
     # answer is cached under when it completes.
     cached: CachedAnswer | None = None
     cache_key: str | None = None
     # A quoted answer: the sentences streamed with their citations, no model.
     quote: tuple[QuotedSentence, ...] = ()
-    # Why the service ended a generated answer early (repetition, unsupported), if it did.
-    stopped: str | None = None
-    sentences: int = 0
-    unsupported_sentences: int = 0
-    _closed: bool = field(default=False)
 
     @property
     def trace_id(self) -> str:
         return format(self.root.get_span_context().trace_id, "032x")
 
     @property
+    def generation(self) -> Generation | None:
+        return self.handle.generation
+
+    @property
     def record(self) -> PlanRecord:
-        return self.plan.record(self.planning.config.quality)
+        return self.handle.plan.record(self.planning.config.quality)
 
-    def first_token(self) -> None:
-        """The first token arrived: time it, free the slot, teach the first-token model."""
-        self.ttft_ms = self.deadline.elapsed_ms()
-        generation = self.generation
-        if generation is None:
+    def shown(self) -> None:
+        """The client is sent the answer's first text: its time to first token."""
+        handle = self.handle
+        if handle.ttft_ms is not None:
             return
-        generation.span.add_event("first_token", {"answer.ttft_ms": self.ttft_ms})
-        generation.slot.prefilled()
-        self._observe_first_token(generation)
-
-    def _observe_first_token(self, generation: Generation) -> None:
-        elapsed_ms = (time.perf_counter() - generation.sent_s) * 1000.0
-        self.planning.observe(
-            "first_token", generation.prefill_tokens, elapsed_ms, generation.worker
-        )
-        self.plan = self.plan.spent(first_token=elapsed_ms)
+        handle.ttft_ms = self.deadline.elapsed_ms()
+        if handle.generation is not None:
+            handle.generation.span.add_event("first_token", {"answer.ttft_ms": handle.ttft_ms})
 
     def stats(self) -> AnswerStats:
-        generation = self.generation
+        handle = self.handle
+        generation = handle.generation
         result = generation.stream.result if generation else None
         prompt = generation.prompt if generation else None
         cached = self.cached
         return AnswerStats(
             trace_id=self.trace_id,
-            outcome=self.outcome,
-            ttft_ms=self.ttft_ms,
+            outcome=handle.outcome,
+            ttft_ms=handle.ttft_ms,
             ttft_budget_ms=self.request.ttft_budget_ms,
-            within_budget=self.ttft_ms is not None and self.ttft_ms <= self.request.ttft_budget_ms,
-            stages=self.timings,
+            within_budget=handle.ttft_ms is not None
+            and handle.ttft_ms <= self.request.ttft_budget_ms,
+            stages=handle.plan.actual,
             prompt_tokens=result.prompt_tokens if result else 0,
             cached_tokens=result.cached_tokens if result else 0,
             completion_tokens=result.completion_tokens
             if result
             else (cached.completion_tokens if cached else 0),
-            finish_reason=self.stopped
+            finish_reason=handle.stopped
             or (
                 result.finish_reason
                 if result
@@ -123,26 +144,28 @@ class PreparedAnswer:
             ),
             passages_in_prompt=len(prompt.passages) if prompt else 0,
             passages_dropped=prompt.dropped_passages if prompt else 0,
-            degraded=self.degraded,
+            degraded=self.plan.degraded(),
             prompt_layout=prompt.layout if prompt else "none",
             expected_cached_tokens=prompt.expected_cached_tokens if prompt else 0,
             worker=generation.worker if generation else "",
             from_cache=cached is not None,
             form=self.form,
-            form_reason=self.plan.form_reason,
-            sentences=self.sentences,
-            unsupported_sentences=self.unsupported_sentences,
+            form_reason=handle.plan.form_reason,
+            sentences=handle.sentences,
+            unsupported_sentences=handle.unsupported_sentences,
         )
 
     def _finish_without_model(self) -> str:
-        return "quote" if self.quote and self.outcome == "ok" else self.outcome
+        outcome = self.handle.outcome
+        return "quote" if self.quote and outcome == "ok" else outcome
 
     @property
     def form(self) -> str:
         """The form that answered: the plan's, or why the model was not asked."""
-        if self.outcome in ("abstained", "sources_only"):
-            return "abstain" if self.outcome == "abstained" else "sources_only"
-        return self.plan.form
+        outcome = self.handle.outcome
+        if outcome in ("abstained", "sources_only"):
+            return "abstain" if outcome == "abstained" else "sources_only"
+        return self.handle.plan.form
 
     def cacheable(
         self, stats: AnswerStats, text: str, citations: Sequence[Citation]
@@ -150,7 +173,7 @@ class PreparedAnswer:
         """This answer as the cache keeps it, if it is complete: generated, not cut, not
         degraded, not cut short."""
         complete = stats.outcome == "ok" and stats.finish_reason in ("stop", "length")
-        if self.generation is None or not complete or self.degraded or self.plan.cuts:
+        if self.generation is None or not complete or stats.degraded or self.plan.cuts:
             return None
         return CachedAnswer(
             text,
@@ -162,18 +185,22 @@ class PreparedAnswer:
         )
 
     def close_nowait(self) -> None:
-        if self._closed:
+        """Release what the request holds and account for it, once."""
+        handle = self.handle
+        if handle.closed:
             return
-        self._closed = True
-        generation = self.generation
+        handle.closed = True
+        generation = handle.generation
+        handle.release()
         if generation is not None:
-            generation.stream.close_nowait()
             end_generate_span(generation.span, generation.stream.result)
-            generation.router.release(generation.worker)
-            if not generation.slot.released:
-                generation.slot.release()
-                if self.outcome == "error":  # no first token: at least this long
-                    self._observe_first_token(generation)
+            if not handle.prefilled and handle.outcome == "error":
+                # No first token: it took at least this long.
+                elapsed_ms = (time.perf_counter() - generation.sent_s) * 1000.0
+                self.planning.observe(
+                    "first_token", generation.prefill_tokens, elapsed_ms, generation.worker
+                )
+                handle.plan = handle.plan.first_token_at(elapsed_ms)
         stats = self.stats()
         if self.cache is not None and generation and generation.stream.result is not None:
             self.cache.observe(

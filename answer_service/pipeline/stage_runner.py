@@ -1,7 +1,8 @@
 """The one place a stage is run: under its deadline slice, in a span of its own with its budget,
-sizes and outcome; its time and any cut go into the request's plan, and its work and time teach
-the planner's model of the stage. Stages themselves (retrieval/stages.py, generation/stages.py)
-know nothing of spans or plans."""
+sizes and outcome; its work and time teach the planner's model of the stage, and `budget/`
+returns the request's next plan from its result (`RequestPlan.after`: its time, its cut).
+Stages themselves (retrieval/stages.py, generation/stages.py, pipeline/stages.py) know nothing
+of spans or plans; the runner writes nothing but the span."""
 
 from __future__ import annotations
 
@@ -11,25 +12,18 @@ from typing import Protocol, TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
-from answer_service.pipeline.request_plan import RequestPlan
 from budget import Deadline
-from budget.planner import STAGES
-from budget.planner import Stage as PlannedStage
+from budget.planner import STAGES, StageName
+from budget.request_plan import RequestPlan
 from budget.stage import AttributeValue, Stage, StageResult
 
 In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-class PlanHolder(Protocol):
-    """The request whose plan a stage's result changes."""
-
-    plan: RequestPlan
-
-
 class StageObserver(Protocol):
     def observe(
-        self, stage: PlannedStage, work: float, elapsed_ms: float, worker: str = ""
+        self, stage: StageName, work: float, elapsed_ms: float, worker: str = ""
     ) -> None: ...
 
 
@@ -43,12 +37,33 @@ class StageRunner:
         stage: Stage[In, Out],
         request: In,
         deadline: Deadline,
-        holder: PlanHolder,
+        plan: RequestPlan,
         *,
         attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> StageResult[Out]:
-        result, span = await self.start(stage, request, deadline, holder, attributes=attributes)
+        worker: str = "",
+        parent: Span | None = None,
+    ) -> tuple[StageResult[Out], RequestPlan]:
+        """The stage's result and the plan that follows it. `parent`: the request's span where
+        it is not the current one (the stream's stages run after `prepare` has returned)."""
+        result, plan, span = await self.start(
+            stage, request, deadline, plan, attributes=attributes, worker=worker, parent=parent
+        )
         span.end()
+        return result, plan
+
+    async def run_unplanned(
+        self, stage: Stage[In, Out], request: In, deadline: Deadline
+    ) -> StageResult[Out]:
+        """A stage that runs before the request has a plan (the answer cache's lookup, whose
+        answer decides whether the request counts as an arrival at all): timed and spanned the
+        same way; no planner model learns from it."""
+        span = self._tracer.start_span(
+            stage.name, attributes={"answer.stage.budget_ms": deadline.remaining_ms()}
+        )
+        with trace.use_span(span, end_on_exit=True, record_exception=True):
+            result = await stage.run(request, deadline)
+            span.set_attributes(dict(result.attributes))
+            span.set_attribute("answer.stage.elapsed_ms", result.elapsed_ms)
         return result
 
     async def start(
@@ -56,14 +71,18 @@ class StageRunner:
         stage: Stage[In, Out],
         request: In,
         deadline: Deadline,
-        holder: PlanHolder,
+        plan: RequestPlan,
         *,
         attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> tuple[StageResult[Out], Span]:
+        worker: str = "",
+        parent: Span | None = None,
+    ) -> tuple[StageResult[Out], RequestPlan, Span]:
         """`run`, leaving the span open for the caller to end (a generation's span lasts as
-        long as its stream)."""
+        long as its stream). `worker`: the SGLang worker whose model the stage teaches (the
+        first token's is kept per worker)."""
         span = self._tracer.start_span(
             stage.name,
+            context=trace.set_span_in_context(parent) if parent is not None else None,
             attributes={"answer.stage.budget_ms": deadline.remaining_ms(), **(attributes or {})},
         )
         try:
@@ -79,14 +98,10 @@ class StageRunner:
         if result.cut is not None:
             span.set_attribute("answer.degraded", result.cut.reason)
         planned = _planned(stage.name)
-        if planned is not None:
-            if result.work is not None:
-                self._observer.observe(planned, result.work, result.elapsed_ms)
-            holder.plan = holder.plan.spent(**{planned: result.elapsed_ms})
-        if result.cut is not None:
-            holder.plan = holder.plan.cut(stage.name, result.cut.reason, result.cut.done)
-        return result, span
+        if planned is not None and result.work is not None:
+            self._observer.observe(planned, result.work, result.elapsed_ms, worker)
+        return result, plan.after(stage.name, result), span
 
 
-def _planned(name: str) -> PlannedStage | None:
+def _planned(name: str) -> StageName | None:
     return next((stage for stage in STAGES if stage == name), None)

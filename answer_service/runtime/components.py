@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import httpx
 from opentelemetry.sdk.trace import TracerProvider
 
+from answer_service.pipeline.answer_pipeline import AnswerPipeline, PipelineConfig
 from answer_service.pipeline.probe import FloorProbe
-from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
 from answer_service.runtime.calibration import calibrate, calibrate_rerank
 from answer_service.runtime.configs import (

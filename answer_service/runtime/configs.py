@@ -4,12 +4,12 @@ and the embedder's. Nothing below `answer_service/runtime` reads the settings.""
 
 from __future__ import annotations
 
+from answer_service.pipeline.answer_pipeline import PipelineConfig
 from answer_service.pipeline.answer_stream import CitationConfig
 from answer_service.pipeline.forms import FormConfig, read_form_choice, read_form_curves
-from answer_service.pipeline.generation import GenerationConfig
+from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, read_quality_curves
-from answer_service.pipeline.retrieval import RetrievalConfig
-from answer_service.pipeline.runner import PipelineConfig
+from answer_service.pipeline.retrieval_steps import RetrievalConfig
 from answer_service.runtime.calibration import CalibrationConfig
 from answer_service.runtime.settings import Settings
 from budget.forms import FormQuality

@@ -47,7 +47,8 @@ from retrieval.embedder import (
 )
 from retrieval.errors import RetrievalError
 from retrieval.passage import ScoredPassage
-from retrieval.rerank.base import DEFAULT_RERANKER, RerankerConfig, RerankRequest, load_reranker
+from retrieval.rerank.base import DEFAULT_RERANKER, RerankerConfig, RerankRequest
+from retrieval.rerank.factory import load_reranker
 from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)

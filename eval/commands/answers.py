@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from answer_service.cli.sse_client import iter_events
 from answer_service.errors import ServiceError
+from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.events import (
     AnswerRequest,
     CitationEvent,
@@ -41,7 +42,6 @@ from answer_service.pipeline.events import (
     SourcesEvent,
     TokenEvent,
 )
-from answer_service.pipeline.runner import AnswerPipeline
 from answer_service.runtime.components import Components
 from answer_service.runtime.settings import Settings
 from budget import Deadline

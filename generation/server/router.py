@@ -104,7 +104,7 @@ class SGLangRouterConfig:
     # two checks 2 s apart fail, or once 3 attempts to reach it fail (its circuit opens for
     # `cb_timeout_s`). The router's retries go to the same worker, so the request that met
     # the dead worker still fails (500 `call_upstream_request_error`, after ~50 ms of
-    # backoff); the service asks the router once more (answer_service/pipeline/runner.py).
+    # backoff); the service asks the router once more (answer_service/pipeline/answer_pipeline.py).
     health_check_interval_s: int = 2
     health_check_timeout_s: int = 2
     health_failure_threshold: int = 2

@@ -124,7 +124,20 @@ def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangS
     traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
     trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
     spans = {span["name"]: span for span in trace["spans"]}
-    assert list(spans) == ["answer", "embed", "search", "sentences", "read", "prompt", "generate"]
+    # Every step is a stage the runner ran, each a child of the request's span.
+    assert list(spans) == [
+        "answer",
+        "embed",
+        "search",
+        "sentences",
+        "read",
+        "evidence",
+        "form",
+        "slot",
+        "prompt",
+        "generate",
+        "first_token",
+    ]
     root = spans["answer"]
     assert root["parent_span_id"] is None
     assert all(s["parent_span_id"] == root["span_id"] for n, s in spans.items() if n != "answer")
@@ -151,6 +164,27 @@ def test_each_stage_is_a_span_with_its_attributes(url: str, tiny_sglang: SGLangS
     everything = repr(trace)
     assert QUESTION not in everything, "no query text in spans unless configured"
     assert "Denver Broncos" not in everything, "no passage text in spans unless configured"
+
+
+def test_a_quoted_answers_steps_are_stages_too(url: str, tiny_sglang: SGLangServer) -> None:
+    body = {"query": QUESTION, "stream": False, "answer_mode": "quote"}
+    done = post_answer(url, body).json()["done"]
+    traces = httpx.get(f"{url}/v1/traces", params={"limit": 20}).json()
+    trace = next(t for t in traces if t["trace_id"] == done["trace_id"])
+    names = [span["name"] for span in trace["spans"]]
+    assert names == [
+        "answer",
+        "embed",
+        "search",
+        "sentences",
+        "read",
+        "evidence",
+        "form",
+        "quote",
+    ]
+    quote = next(s for s in trace["spans"] if s["name"] == "quote")
+    assert quote["attributes"]["answer.quote.sentences"] >= 1
+    assert done["form"] == "quote"
 
 
 def test_client_disconnect_aborts_the_sglang_request(url: str, tiny_sglang: SGLangServer) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.answer_stream import CitationConfig
 from answer_service.pipeline.attribution import ABSTENTION
 from answer_service.pipeline.events import (
@@ -21,7 +22,6 @@ from answer_service.pipeline.events import (
     TokenEvent,
 )
 from answer_service.pipeline.planning import PlanningConfig
-from answer_service.pipeline.runner import AnswerPipeline
 from budget import Deadline
 from budget.forms import QualityCurves
 from tests.builders import make_index, make_pipeline

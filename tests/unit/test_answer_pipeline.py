@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from answer_service.errors import StageTimeoutError
+from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.events import (
     AnswerRequest,
     CitationEvent,
@@ -21,8 +22,7 @@ from answer_service.pipeline.events import (
     SourcesEvent,
     TokenEvent,
 )
-from answer_service.pipeline.generation import GenerationConfig
-from answer_service.pipeline.runner import AnswerPipeline
+from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from generation.stages import PromptConfig

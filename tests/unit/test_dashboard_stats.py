@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from answer_service.pipeline.events import AnswerStats, Cut, PlanRecord, StageTimings
+from answer_service.pipeline.events import AnswerStats, Cut, PlanRecord
 from answer_service.runtime.observability.dashboard_stats import (
     cache_status,
     percentile,
@@ -44,7 +44,7 @@ def _answered(
         ttft_ms=ttft_ms,
         ttft_budget_ms=budget_ms,
         within_budget=within,
-        stages=StageTimings(embed_ms=10.0),
+        stages=StageTimes(embed=10.0),
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
         completion_tokens=20,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from answer_service.errors import InvalidRequestError
+from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.events import AnswerRequest, DoneEvent
 from answer_service.pipeline.planning import PlanningConfig
 from answer_service.pipeline.probe import FloorProbe
-from answer_service.pipeline.runner import AnswerPipeline
 from budget import Deadline
 from tests.builders import make_index, make_pipeline
 from tests.fakes.scripted_generation import ScriptedGeneration, words

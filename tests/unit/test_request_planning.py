@@ -6,6 +6,7 @@ import pytest
 
 from answer_service.pipeline.planning import PlanningConfig, RequestPlanning
 from budget import CacheEstimator
+from budget.stage import StageCut, StageResult
 
 W = "http://worker"
 
@@ -54,8 +55,11 @@ def test_slices_share_out_the_spare_time_and_cuts_change_the_knobs() -> None:
     assert tracker.slice_ms("embed") == pytest.approx(
         predicted.embed * tracker.plan.available_ms / predicted.total
     )
-    tracker = tracker.spent(embed=12.0, search=3.0)
-    tracker = tracker.cut("passages", "first token predicted late", 1)
+    tracker = tracker.after("embed", StageResult(None, 12.0))
+    tracker = tracker.after("search", StageResult(None, 3.0))
+    tracker = tracker.after(
+        "prompt", StageResult(None, 2.0, cut=StageCut("first token predicted late", 1))
+    )
     record = tracker.record(planning().config.quality)
     assert record.knobs.passages == 1
     assert record.initial.passages == 3
@@ -118,7 +122,9 @@ async def test_behind_a_queue_admission_predicts_at_its_own_quantile() -> None:
 
 def test_a_cut_reader_changes_no_knob() -> None:
     tracker = planning().start("q", 3, 20_000, 20_000, "standard", False, CacheEstimator())
-    cut = tracker.cut("read", "read skipped: 10 ms left, ~60 ms needed", 0)
+    cut = tracker.after(
+        "read", StageResult([], 0.1, cut=StageCut("read skipped: 10 ms left, ~60 ms needed", 0))
+    )
     assert (cut.knobs.passages, cut.knobs.rerank_depth) == (
         tracker.knobs.passages,
         tracker.knobs.rerank_depth,

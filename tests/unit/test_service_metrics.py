@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from answer_service.pipeline.events import AnswerStats, PlanRecord, StageTimings
+from answer_service.pipeline.events import AnswerStats, PlanRecord
 from answer_service.runtime.observability.metrics import ServiceMetrics
 from budget.planner import Knobs, StageTimes
 
@@ -31,7 +31,7 @@ def _answer(
         ttft_ms=ttft_ms,
         ttft_budget_ms=2000,
         within_budget=ttft_ms is not None and ttft_ms <= 2000,
-        stages=StageTimings(),
+        stages=StageTimes(),
         prompt_tokens=0,
         cached_tokens=0,
         completion_tokens=0,

@@ -1,13 +1,18 @@
-"""The answer pipeline: plan → embed → search → rerank → prompt → generate, each stage run by
-one `StageRunner` under its slice of the request's deadline.
+"""The answer pipeline: every step of a request is a stage run by the one `StageRunner` under
+its slice of the request's deadline, and after each `budget/` gives back the next plan.
+
+    cache → (admit) → embed → search → rerank → sentences → read → evidence (→ abstain)
+          → form → quote                                       (an answer without the model)
+          → slot → prompt → generate (send) → first_token      (answer_stream.py)
 
 `prepare()` does everything that can still fail with a plain HTTP error (the answer cache, the
 plan and its admission, retrieval, a generation slot, the prompt, and opening the SGLang stream
 up to its response headers); `events()` then streams `plan`, `sources`, the answer and `done`
-(answer_stream.py). A plan may end without the model: a cached answer, sources only, or an
-abstention when the evidence is weak. A stage that overruns its slice is cut (rerank → retrieval
-order, fewer passages) and generation re-planned with the time left. No FastAPI here: `eval/`
-runs the same pipeline in-process.
+(answer_stream.py). A plan may end without the model: a cached answer, sources only, a quote, or
+an abstention when the evidence is weak. A stage that overruns its slice is cut (rerank →
+retrieval order, fewer passages) and generation re-planned with the time left. The pipeline
+decides nothing itself: admission, cuts, abstention and the form come back from `budget/` as
+plans. No FastAPI here: `eval/` runs the same pipeline in-process.
 """
 
 from __future__ import annotations
@@ -28,21 +33,28 @@ from answer_service.errors import (
     UpstreamUnavailableError,
 )
 from answer_service.pipeline.answer_stream import CitationConfig, answer_events
-from answer_service.pipeline.events import AnswerRequest, PipelineEvent, Source
+from answer_service.pipeline.events import AnswerRequest, CachedAnswer, PipelineEvent, Source
 from answer_service.pipeline.forms import (
     FormConfig,
+    FormInput,
     FormPolicy,
     focused_excerpts,
     read_form_curves,
 )
-from answer_service.pipeline.generation import GenerationConfig, GenerationSteps
+from answer_service.pipeline.generation_steps import GenerationConfig, GenerationSteps
 from answer_service.pipeline.planning import FleetRate, PlanningConfig, RequestPlanning
 from answer_service.pipeline.ports import AnswerListener, AnswerStore, EmbeddingStore
-from answer_service.pipeline.prepared import PreparedAnswer
+from answer_service.pipeline.prepared import AnswerHandle, Generation, PreparedAnswer
 from answer_service.pipeline.probe import FloorProbe
-from answer_service.pipeline.request_plan import RequestPlan
-from answer_service.pipeline.retrieval import RetrievalConfig, RetrievalSteps, Retrieved
+from answer_service.pipeline.retrieval_steps import RetrievalConfig, RetrievalSteps, Retrieved
 from answer_service.pipeline.stage_runner import StageRunner
+from answer_service.pipeline.stages import (
+    AnswerCacheStage,
+    EvidenceStage,
+    FormStage,
+    QuoteRequest,
+    QuoteStage,
+)
 from answer_service.pipeline.values import (
     context_passages,
     end_refused,
@@ -51,13 +63,14 @@ from answer_service.pipeline.values import (
     ranked_sources,
 )
 from budget import CacheEstimator, Deadline
-from budget.forms import FormChoice, FormQuality
+from budget.forms import FormQuality
+from budget.request_plan import RequestPlan
 from generation.client import GenerationClient
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage
 from generation.stages import PromptConfig, PromptStage
 from retrieval.retriever import Retriever
-from retrieval.sentences.quote import select_quote
+from retrieval.sentences.quote import QuotedSentence
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +113,16 @@ def _refusal_code(exc: BaseException) -> str:
     return "error"
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What every prepared answer of a request shares."""
+
+    request: AnswerRequest
+    deadline: Deadline
+    root: Span
+    cache_key: str | None
+
+
 class _NoListener:
     def answered(self, *_: object) -> None:
         return None
@@ -138,12 +161,12 @@ class AnswerPipeline:
         # (set where the stage models start from a warm-up's measurement, which one busy moment
         # can make too slow; None: the shipped priors, nothing to re-measure).
         self.floor_probe: FloorProbe | None = None
-        runner = StageRunner(tracer, self.planning)
+        self._runner = StageRunner(tracer, self.planning)
         # The prompt layout, also timed by the warm-up's calibration.
         self.prompts = PromptStage(template, config.prompt)
-        self._retrieval = RetrievalSteps(runner, self.planning, config.retrieval, embeddings)
+        self._retrieval = RetrievalSteps(self._runner, self.planning, config.retrieval, embeddings)
         self._generation = GenerationSteps(
-            runner,
+            self._runner,
             self.planning,
             self._workers,
             self.router,
@@ -151,6 +174,9 @@ class AnswerPipeline:
             self.cache,
             config.generation,
         )
+        self._evidence = EvidenceStage(self._forms)
+        self._form_stage = FormStage(self._forms)
+        self._quote = QuoteStage(self._forms.config.quote)
         # Complete answers are cached only where decoding is greedy (the same every time).
         self.answer_cache = answer_cache if config.generation.temperature == 0.0 else None
 
@@ -216,101 +242,120 @@ class AnswerPipeline:
     ) -> PreparedAnswer:
         retriever = self._retriever  # one index for the whole request
         mode = self._forms.mode_of(request.answer_mode)
+        run = self._runner.run
+        hard = self.hard_deadline(deadline)
         cache_key, hit = None, None
         if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
             cache_key = self.answer_cache.key(request.query, request.top_k, mode)
-            hit = await self.answer_cache.get(cache_key)
+            hit = (
+                await self._runner.run_unplanned(
+                    AnswerCacheStage(self.answer_cache), cache_key, hard
+                )
+            ).value
             root.set_attribute("answer.cache_hit", hit is not None)
-        answer = PreparedAnswer(
-            request,
-            deadline,
-            root,
-            self.planning.start(
-                request.query,
-                request.top_k,
-                deadline.remaining_ms(),
-                request.ttft_budget_ms,
-                request.tier,
-                reranker=retriever.rerank is not None,
-                cache=self.cache,
-                # A cached answer costs the workers nothing: it is not a load on them.
-                arrival=hit is None,
-            ),
-            self.planning,
-            self.listener,
+        plan = self.planning.start(
+            request.query,
+            request.top_k,
+            deadline.remaining_ms(),
+            request.ttft_budget_ms,
+            request.tier,
+            reranker=retriever.rerank is not None,
             cache=self.cache,
-            cache_key=cache_key,
-        )
-        answer.plan = answer.plan.asked(mode)
+            # A cached answer costs the workers nothing: it is not a load on them.
+            arrival=hit is None,
+        ).admit(mode, request.top_k, request.allow_sources_only)
+        outcome = _Outcome(request, deadline, root, cache_key)
         if hit is not None:
-            answer.cached, answer.sources = hit, hit.sources
-            answer.plan = answer.plan.answering(hit.form, "a complete answer from the cache")
-            return answer
-        plan = answer.plan
-        # Admission: when no generation can make the budget, a quote if the mode allows one,
-        # else sources only where asked for, else a refusal.
-        no_model = plan.planner and not plan.admitted
-        quote_instead = no_model and mode in ("auto", "quote")
-        sources_only = no_model and not quote_instead
-        if self.floor_probe and no_model and plan.idle_floor_ms > request.ttft_budget_ms:
+            return self._prepared(outcome, plan.from_cache(hit.form), hit.sources, cached=hit)
+        if (
+            self.floor_probe
+            and plan.route != "model"
+            and plan.idle_floor_ms > request.ttft_budget_ms
+        ):
             # Under the floor as the stage models see it: let them see the worker again now
             # and then, in case they learned it slower than it is (a warm-up on a busy machine).
             self.floor_probe.refused(plan.worker or self.planning.gate.least_loaded())
-        if sources_only and not request.allow_sources_only:
+        if plan.route == "refuse":
             raise self._refusal(request, plan)
-        if no_model:  # the sources a full answer would have had, no rerank, no prompt
-            answer.plan = plan.with_knobs(
-                rerank_depth=0, passages=request.top_k, retrieve_k=request.top_k
-            )
-        hard = self.hard_deadline(deadline)
         # Sources alone need no reranking and no reading; a quote instead reads where it can.
-        retrieved = await self._retrieval.run(
-            retriever, answer, hard, rerank=not no_model, read=not sources_only
+        retrieved, plan = await self._retrieval.run(
+            retriever,
+            request,
+            plan,
+            deadline,
+            hard,
+            rerank=plan.route == "model",
+            read=plan.route != "sources_only",
         )
-        answer.timings, answer.degraded = retrieved.timings, retrieved.degraded
-        evidence = self._forms.evidence(retrieved.first_pass)
-        root.set_attribute("answer.evidence", round(evidence, 4))
-        if sources_only:
-            answer.sources = self._ranked(retrieved, request.top_k)
-            answer.plan = answer.plan.cut("passages", "no plan makes the budget: sources only", 0)
-            answer.outcome = "sources_only"
-            return answer
-        if evidence < (below := self._forms.abstain_below(self._config.abstain_below)):
-            # The service says it does not know; the model is not asked.
-            answer.sources = self._ranked(retrieved, request.top_k)
-            answer.plan = answer.plan.answering(
-                "abstain",
-                f"the sources are unlikely to answer ({evidence:.2f} < {below:.2f})",
+        evidence, plan = await run(self._evidence, retrieved.first_pass, deadline, plan)
+        plan = plan.after_evidence(
+            evidence.value, self._forms.abstain_below(self._config.abstain_below)
+        )
+        sources = self._ranked(retrieved, request.top_k)
+        if plan.route == "sources_only":
+            return self._prepared(outcome, plan, sources, answered="sources_only")
+        if plan.abstains:  # the service says it does not know; the model is not asked
+            return self._prepared(outcome, plan, sources, answered="abstained")
+        choice = plan.forced_form()
+        if choice is None:
+            worker = self.planning.gate.least_loaded()
+            chosen, plan = await run(
+                self._form_stage,
+                FormInput(
+                    plan,
+                    request.query,
+                    retrieved.first_pass,
+                    evidence.value,
+                    worker,
+                    self.cache.cached_share(worker),
+                ),
+                deadline,
+                plan,
             )
-            answer.outcome = "abstained"
-            return answer
-        if quote_instead:
-            choice = FormChoice("quote", 0, 0.0, 0.0, "no generation makes the budget: a quote")
-        else:
-            choice = self._forms.choose(
-                answer, retrieved.first_pass, evidence, self.planning.gate.least_loaded()
-            )
-        answer.plan = answer.plan.answering(choice.form, choice.reason)
+            choice = chosen.value
         if choice.form == "quote":
-            answer.quote = tuple(
-                select_quote(retrieved.sentences, self._forms.config.quote, request.query)
+            plan = plan.with_form(choice, 0)
+            quoted, plan = await run(
+                self._quote, QuoteRequest(request.query, retrieved.sentences), deadline, plan
             )
-            answer.sources = self._ranked(retrieved, request.top_k)
-            if not answer.quote:  # nothing quotable (code, fragments): say so
-                answer.outcome = "abstained"
-            return answer
+            # Nothing quotable (code, fragments): say so.
+            answered = "ok" if quoted.value else "abstained"
+            return self._prepared(outcome, plan, sources, quote=quoted.value, answered=answered)
         if choice.form == "focused":
             context = focused_excerpts(
                 retrieved.sentences, max(choice.context, 1), self._forms.config.neighbours
             )
         else:
             context = context_passages(retrieved.passages)
-        if plan.mode == "auto" and choice.context:
-            answer.plan = answer.plan.with_knobs(passages=min(choice.context, len(context)))
-        elif choice.form == "focused":
-            answer.plan = answer.plan.with_knobs(passages=len(context))
-        await self._generate(answer, retriever, retrieved, context, hard)
-        return answer
+        plan = plan.with_form(choice, len(context))
+        return await self._generate(outcome, plan, retriever, retrieved, context, hard)
+
+    def _prepared(
+        self,
+        outcome: _Outcome,
+        plan: RequestPlan,
+        sources: tuple[Source, ...],
+        *,
+        answered: str = "ok",
+        cached: CachedAnswer | None = None,
+        quote: tuple[QuotedSentence, ...] = (),
+        router: PrefixRouter | None = None,
+        generation: Generation | None = None,
+    ) -> PreparedAnswer:
+        return PreparedAnswer(
+            outcome.request,
+            outcome.deadline,
+            outcome.root,
+            plan,
+            self.planning,
+            self.listener,
+            AnswerHandle(plan, answered, router, generation),
+            cache=self.cache,
+            sources=sources,
+            cached=cached,
+            cache_key=outcome.cache_key,
+            quote=quote,
+        )
 
     def _ranked(self, retrieved: Retrieved, top_k: int) -> tuple[Source, ...]:
         """The first `top_k` in retrieval order (a quote cites passage n as source n)."""
@@ -333,19 +378,20 @@ class AnswerPipeline:
 
     async def _generate(
         self,
-        answer: PreparedAnswer,
+        outcome: _Outcome,
+        plan: RequestPlan,
         retriever: Retriever,
         retrieved: Retrieved,
         context: Sequence[ContextPassage],
         hard: Deadline,
-    ) -> None:
+    ) -> PreparedAnswer:
         ids = [p.source_id for p in context]
         lookup = passage_lookup(retriever.index.passage_by_id)
         for attempt in range(2):  # a worker that is gone: once more, on another
             worker = self.router.choose(ids, foreign=self._config.prompt.adopt)
             try:
-                answer.generation = await self._generation.open(
-                    answer, hard, context, worker, lookup
+                generation, opened = await self._generation.open(
+                    outcome.request, plan, outcome.deadline, hard, context, worker, lookup
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)
@@ -361,16 +407,18 @@ class AnswerPipeline:
             except BaseException:
                 self.router.release(worker)
                 raise
-            answer.sources = numbered_sources(
+            sources = numbered_sources(
                 retrieved.passages,
-                answer.generation.prompt,
+                generation.prompt,
                 self._config.snippet_chars,
                 retriever.index.passage_by_id,
             )
-            return
+            return self._prepared(
+                outcome, opened, sources, router=self.router, generation=generation
+            )
         raise AssertionError("unreachable")
 
     def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:
         """`plan`, `sources`, then token deltas (each finished sentence followed by its
         `citation`), then `done`; a failure mid-stream adds `error`."""
-        return answer_events(prepared, self._config.citations, self.answer_cache)
+        return answer_events(prepared, self._config.citations, self.answer_cache, self._runner)

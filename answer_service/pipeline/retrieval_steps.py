@@ -1,6 +1,6 @@
 """The retrieval part of an answer: the query's embedding (or the cached one), the search in
-the configured mode, then the rerank the plan asked for, each a stage run by the `StageRunner`
-under its slice. Embedding and search cannot be cut short and still give passages: they may run
+the configured mode, the rerank the plan asked for, the sentences of what was found and their
+reading, each a stage run by the `StageRunner` under its slice, each returning the next plan. Embedding and search cannot be cut short and still give passages: they may run
 to the end of the TTFT budget (at least the floor); a rerank that would overrun is cut to
 retrieval order."""
 
@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass, field
 
 from answer_service.errors import ServiceError, StageTimeoutError
-from answer_service.pipeline.events import StageTimings
+from answer_service.pipeline.events import AnswerRequest
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.ports import EmbeddingStore
-from answer_service.pipeline.prepared import PreparedAnswer
 from answer_service.pipeline.stage_runner import StageRunner
 from budget import Deadline
+from budget.request_plan import RequestPlan
 from budget.stage import StageResult
 from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError, RetrievalTimeoutError
@@ -42,8 +42,6 @@ class Retrieved:
     passages: list[ScoredPassage]
     # The query's embedding.
     vector: Vectors | None
-    timings: StageTimings
-    degraded: tuple[str, ...] = ()
     # The sentences of the first top_k passages, most likely to answer first (after the
     # reader, where it read), and the scorer's own ranking (what abstention and the form
     # choice read: they were learned on it).
@@ -89,124 +87,109 @@ class RetrievalSteps:
     async def run(
         self,
         retriever: Retriever,
-        answer: PreparedAnswer,
+        request: AnswerRequest,
+        plan: RequestPlan,
+        deadline: Deadline,
         hard: Deadline,
         *,
         rerank: bool = True,
         read: bool = True,
-    ) -> Retrieved:
-        request = answer.request
-        # The sources list the best top_k even when the prompt gets fewer: k costs little here.
-        answer.plan = answer.plan.with_knobs(
-            retrieve_k=max(answer.plan.knobs.retrieve_k, request.top_k)
-        )
-        slice_ms = max(answer.deadline.remaining_ms(), self._config.floor_ms)
-        deadline = hard.slice_ms(slice_ms)
+    ) -> tuple[Retrieved, RequestPlan]:
+        """What retrieval found for `request`, and the plan after it. `deadline`: the first
+        token's; `hard`: the point past which the request is given up on."""
+        run = self._runner.run
+        plan = plan.retrieving(request.top_k)
+        slice_ms = max(deadline.remaining_ms(), self._config.floor_ms)
+        retrieval = hard.slice_ms(slice_ms)
         search = retriever.search_stage(retriever.serving_mode(self._config.mode))
         try:
             vector = None
-            embed_ms = 0.0
             if search.searcher.needs_vector:
-                embedded = await self._runner.run(
+                embedded, plan = await run(
                     self._embed_stage(retriever),
                     request.query,
-                    deadline,
-                    answer,
+                    retrieval,
+                    plan,
                     attributes={
                         "gen_ai.operation.name": "embeddings",
                         "gen_ai.request.model": retriever.embedder.name,
                     },
                 )
-                vector, embed_ms = embedded.value, embedded.elapsed_ms
-            k = answer.plan.knobs.retrieve_k
-            found = await self._runner.run(
+                vector = embedded.value
+            found, plan = await run(
                 search,
-                SearchRequest(request.query, vector, k, self._config.depth),
-                deadline,
-                answer,
+                SearchRequest(request.query, vector, plan.knobs.retrieve_k, self._config.depth),
+                retrieval,
+                plan,
                 attributes={
                     "retrieval.index.type": retriever.index.manifest.index_type,
                     "retrieval.index.device": retriever.index.dense.device,
                     **_depth_attributes(self._config.depth),
                 },
             )
-            passages, rerank_ms = found.value, 0.0
+            passages = found.value
             if rerank:
-                passages, rerank_ms = await self._rerank(retriever, answer, passages, vector, hard)
+                passages, plan = await self._rerank(
+                    retriever, request, plan, passages, vector, deadline, hard
+                )
             if vector is None:  # the mode needed none; the sentence scorer does
-                vector = (
-                    await self._runner.run(
-                        self._embed_stage(retriever), request.query, deadline, answer
-                    )
-                ).value
-            sentences = await self._runner.run(
+                embedded, plan = await run(
+                    self._embed_stage(retriever), request.query, retrieval, plan
+                )
+                vector = embedded.value
+            sentences, plan = await run(
                 retriever.sentences,
                 SentenceRequest(request.query, vector, passages[: request.top_k]),
-                deadline,
-                answer,
+                retrieval,
+                plan,
             )
             first_pass = ranked = sentences.value
-            read_ms = 0.0
             if read and retriever.read is not None:
                 # Reading is worth its time only inside the first token's budget (retrieval's
                 # slice has a floor, so that sources come back even when the budget is spent).
-                reread = await self._runner.run(
+                reread, plan = await run(
                     retriever.read,
                     ReadRequest(request.query, first_pass),
-                    hard.slice_ms(answer.deadline.remaining_ms()),
-                    answer,
+                    hard.slice_ms(deadline.remaining_ms()),
+                    plan,
                 )
-                ranked, read_ms = reread.value, reread.elapsed_ms
+                ranked = reread.value
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        timings = StageTimings(
-            embed_ms=embed_ms,
-            search_ms=found.elapsed_ms,
-            rerank_ms=rerank_ms,
-            sentences_ms=sentences.elapsed_ms,
-            read_ms=read_ms,
-        )
-        degraded = tuple(cut.reason for cut in answer.plan.cuts if cut.stage in ("rerank", "read"))
-        return Retrieved(passages, vector, timings, degraded, ranked, first_pass)
+        return Retrieved(passages, vector, ranked, first_pass), plan
 
     def _embed_stage(self, retriever: Retriever) -> EmbedStage | CachedEmbedStage:
         if self._embeddings is None:
             return retriever.embed
         return CachedEmbedStage(retriever.embed, self._embeddings)
 
-    def _wanted(self, answer: PreparedAnswer) -> int:
-        """Passages retrieval hands on: top_k (the sources) or the plan's plus its slack."""
-        return max(answer.request.top_k, answer.plan.knobs.passages + self._config.slack)
-
     async def _rerank(
         self,
         retriever: Retriever,
-        answer: PreparedAnswer,
+        request: AnswerRequest,
+        plan: RequestPlan,
         candidates: list[ScoredPassage],
         vector: Vectors | None,
+        deadline: Deadline,
         hard: Deadline,
-    ) -> tuple[list[ScoredPassage], float]:
-        wanted = self._wanted(answer)
-        depth = answer.plan.knobs.rerank_depth
+    ) -> tuple[list[ScoredPassage], RequestPlan]:
+        # Passages retrieval hands on: top_k (the sources) or the plan's plus its slack.
+        wanted = max(request.top_k, plan.knobs.passages + self._config.slack)
         stage = retriever.rerank
+        if stage is not None:
+            plan = plan.before_rerank(self._planning.planner.available_ms(deadline.remaining_ms()))
+        depth = plan.knobs.rerank_depth
         if stage is None or depth == 0:
-            return candidates[:wanted], 0.0
-        predicted = answer.plan.plan.predicted_ms
-        rest_ms = predicted.rerank + predicted.prompt + predicted.first_token
-        available_ms = self._planning.planner.available_ms(answer.deadline.remaining_ms())
-        if answer.plan.planner and available_ms < rest_ms:
-            reason = "retrieval overran its slice: no time left to rerank"
-            answer.plan = answer.plan.cut("rerank", reason, 0)
-            return candidates[:wanted], 0.0
-        reranked = await self._runner.run(
+            return candidates[:wanted], plan
+        reranked, plan = await self._runner.run(
             stage,
-            RerankRequest(answer.request.query, candidates[:depth], wanted, vector),
-            hard.slice_ms(answer.plan.slice_ms("rerank")),
-            answer,
+            RerankRequest(request.query, candidates[:depth], wanted, vector),
+            hard.slice_ms(plan.slice_ms("rerank")),
+            plan,
         )
-        return reranked.value, reranked.elapsed_ms
+        return reranked.value, plan
 
 
 def _depth_attributes(depth: SearchDepth | None) -> dict[str, int]:

@@ -1,29 +1,29 @@
-"""The generation part of an answer: wait for the worker's slot (by tier), lay the prompt out with
-the generation re-plan (the prompt stage), send it (the send stage, up to SGLang's response
-headers), and hand the open stream to the answer."""
+"""The generation part of an answer: wait for the worker's slot (by tier: the slot stage), lay
+the prompt out with the generation re-plan (the prompt stage), send it (the send stage, up to
+SGLang's response headers), and hand the open stream to the answer; each a stage run by the
+`StageRunner`, each returning the next plan."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from answer_service.errors import (
     InvalidRequestError,
-    OverloadedError,
     RoutedWorkerLostError,
     StageTimeoutError,
     UpstreamError,
     UpstreamUnavailableError,
 )
-from answer_service.pipeline.admission import SlotQueueFullError
+from answer_service.pipeline.events import AnswerRequest
 from answer_service.pipeline.planning import RequestPlanning
-from answer_service.pipeline.prepared import Generation, PreparedAnswer
+from answer_service.pipeline.prepared import Generation
 from answer_service.pipeline.stage_runner import StageRunner
+from answer_service.pipeline.stages import SlotRequest, SlotStage
 from answer_service.pipeline.values import generate_attributes
 from budget import CacheEstimator, Deadline
 from budget.planner import PromptOption
+from budget.request_plan import RequestPlan
 from generation.client import GenerationClient, SamplingParams, StreamTimeouts
 from generation.errors import (
     GenerationError,
@@ -67,6 +67,7 @@ class GenerationSteps:
         self._runner = runner
         self._planning = planning
         self._senders = {url: SendStage(client) for url, client in workers.items()}
+        self._slots = SlotStage(planning)
         self._router = router
         self._prompts = prompts
         self._cache = cache
@@ -74,42 +75,30 @@ class GenerationSteps:
 
     async def open(
         self,
-        answer: PreparedAnswer,
+        request: AnswerRequest,
+        plan: RequestPlan,
+        deadline: Deadline,
         hard: Deadline,
         context: Sequence[ContextPassage],
         worker: str,
         lookup: PassageLookup,
-    ) -> Generation:
+    ) -> tuple[Generation, RequestPlan]:
         """The request's slot on `worker`, its prompt and its open stream, or an error."""
         gate = self._planning.gate
-        try:
-            async with asyncio.timeout(hard.remaining_s()):
-                slot = await gate.acquire(
-                    worker, answer.request.tier, answer.plan.plan.uncached_tokens
-                )
-        except TimeoutError as exc:
-            raise StageTimeoutError(
-                "no generation slot came free before the request's deadline"
-            ) from exc
-        except SlotQueueFullError as exc:
-            raise OverloadedError(
-                f"{exc}; retry later", retry_after_s=self._planning.retry_after_s()
-            ) from exc
-        answer.plan = answer.plan.queued(worker, slot.waited_ms)
-        # The fixed part of any first token on this worker (a shorter prompt cannot help).
-        first_token_ms = self._planning.models.median_ms("first_token", 0.0, worker)
-        if hard.remaining_ms() < first_token_ms:
-            # The slot came free too late (requests queued together share a deadline): sending
-            # now would only start work SGLang is aborted from a moment later.
-            slot.release()
-            raise StageTimeoutError(
-                "the generation slot came free too late for a first token before the "
-                f"request's deadline ({hard.remaining_ms():.0f} ms left, ~{first_token_ms:.0f} "
-                "needed)"
-            )
+        slot_result, plan = await self._runner.run(
+            self._slots,
+            SlotRequest(worker, request.tier, plan.plan.uncached_tokens),
+            hard,
+            plan,
+            worker=worker,
+        )
+        slot = slot_result.value
+        plan = plan.queued(worker, slot.waited_ms)
         try:
             ahead = gate.prefilling_tokens(worker, slot)
-            prompt = await self._prompt(answer, context, worker, lookup, ahead)
+            prompt, plan = await self._prompt(
+                request, plan, deadline, context, worker, lookup, ahead
+            )
             uncached = self._uncached(worker, prompt)
             slot.owe(uncached)
             prefill_tokens = gate.prefilling_tokens(worker, slot) + uncached
@@ -122,29 +111,31 @@ class GenerationSteps:
                     stop=config.stop,
                     frequency_penalty=config.frequency_penalty,
                     repetition_penalty=config.repetition_penalty,
-                    logit_bias=_copy_bias(prompt, config.copy_bias.get(answer.plan.form, 0.0)),
+                    logit_bias=_copy_bias(prompt, config.copy_bias.get(plan.form, 0.0)),
                 ),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )
             try:
-                sent, span = await self._runner.start(
+                sent, plan, span = await self._runner.start(
                     self._senders[worker],
                     send,
-                    answer.deadline,
-                    answer,
+                    deadline,
+                    plan,
                     attributes={
                         **generate_attributes(
                             config.served_model, config.max_new_tokens, config.temperature
                         ),
                         "answer.prompt.expected_uncached_tokens": uncached,
                     },
+                    worker=worker,
                 )
             except GenerationError as exc:
                 raise _service_error(exc) from exc
         except BaseException:
             slot.release()
             raise
-        return Generation(prompt, sent.value, span, worker, self._router, slot, prefill_tokens)
+        generation = Generation(prompt, sent.value, span, worker, slot, prefill_tokens)
+        return generation, plan
 
     def _uncached(self, worker: str, prompt: Prompt) -> float:
         return self._cache.expected_uncached(
@@ -153,17 +144,18 @@ class GenerationSteps:
 
     async def _prompt(
         self,
-        answer: PreparedAnswer,
+        request: AnswerRequest,
+        plan: RequestPlan,
+        deadline: Deadline,
         context: Sequence[ContextPassage],
         worker: str,
         lookup: PassageLookup,
         prefill_ahead_tokens: float,
-    ) -> Prompt:
+    ) -> tuple[Prompt, RequestPlan]:
         """The prompt stage with the generation re-plan: the most of the planned passages whose
         predicted first token still fits the time left, given the real prompt, its cached
         prefix and the worker's queue. With the planner off, the planned passages as they are."""
         planner = self._planning.planner
-        deadline = answer.deadline
 
         def fit(prompt: Prompt) -> tuple[bool, float]:
             option = PromptOption(
@@ -173,20 +165,19 @@ class GenerationSteps:
                 deadline.remaining_ms(), option, prefill_ahead_tokens, worker
             )
 
-        request = PromptRequest(
-            answer.request.query,
+        prompt_request = PromptRequest(
+            request.query,
             context,
-            answer.plan.knobs.passages,
+            plan.knobs.passages,
             self._router.tree(worker),
             lookup,
-            fit if answer.plan.planner else None,
+            fit if plan.planner else None,
         )
         try:
-            result = await self._runner.run(self._prompts, request, deadline, answer)
+            result, plan = await self._runner.run(self._prompts, prompt_request, deadline, plan)
         except GenerationError as exc:
             raise InvalidRequestError(str(exc)) from exc
-        answer.timings = dataclasses.replace(answer.timings, prompt_ms=result.elapsed_ms)
-        return result.value
+        return result.value, plan
 
 
 def _service_error(exc: GenerationError) -> Exception:
