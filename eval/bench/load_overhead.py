@@ -46,6 +46,7 @@ from eval.lib.load_engine import (
     warm_up,
 )
 from eval.lib.results import write_result
+from eval.lib.stack import free_port
 
 Message = dict[str, Any]
 LAG_LIMIT_MS = 10.0
@@ -95,18 +96,10 @@ async def trivial_app(
     await send({"type": "http.response.body", "body": b""})
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def _server() -> Iterator[tuple[str, int]]:
     """uvicorn serving `trivial_app` in its own process; yields its URL and process id."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "uvicorn", "eval.bench.load_overhead:trivial_app"]
     options = ["--port", str(port), "--log-level", "warning", "--lifespan", "off"]
     process = subprocess.Popen([*command, *options, "--no-access-log"])

@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import platform
-import socket
 import statistics
 import time
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ from typing import Any, Literal
 import httpx
 
 from eval.lib.paths import SQUAD_DIR
+from eval.lib.stack import free_port
 from generation.prompt_layout import ContextPassage, HFChatTemplate, Prompt, build_prompt
 from generation.server.env import SGLANG_VERSION
 from generation.server.launch import SGLangServer, SGLangServerConfig, ensure_smollm2_model
@@ -71,12 +71,6 @@ class BenchPrompts:
     first: Prompt
     second: Prompt
     questions: tuple[str, str]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def choose_prompts(squad_dir: Path, template: HFChatTemplate, target_tokens: int) -> BenchPrompts:
@@ -176,7 +170,7 @@ def run_cases(
 def running_server(model_dir: Path, variant: Variant, log_dir: Path) -> Iterator[str]:
     server = SGLangServer(
         SGLangServerConfig(
-            port=_free_port(),
+            port=free_port(),
             model_dir=model_dir,
             device="cpu",
             max_total_tokens=8192,

@@ -41,7 +41,6 @@ import logging
 import random
 import re
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -67,6 +66,7 @@ from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import percentiles
 from eval.lib.paths import SHARED_DATA
 from eval.lib.results import write_result
+from eval.lib.stack import flush_cache, free_port
 from generation.prefix_order import PromptLayout
 from generation.server.launch import SGLangServer, SGLangServerConfig, ensure_smollm2_model
 from generation.server.router import RouterPolicy, SGLangRouter, SGLangRouterConfig
@@ -186,12 +186,6 @@ def combined_corpus(data: Path, out: Path) -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 _COUNTER = re.compile(r"^(sglang:(?:prompt|cached)_tokens_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
@@ -206,13 +200,6 @@ def worker_tokens(url: str) -> dict[str, float]:
     return dict(totals)
 
 
-def _flush(urls: Sequence[str]) -> None:
-    for url in urls:
-        request = urllib.request.Request(f"{url}/flush_cache", method="POST")
-        with urllib.request.urlopen(request, timeout=30) as response:
-            response.read()
-
-
 @contextmanager
 def _workers(
     count: int, model_dir: Path, args: argparse.Namespace, logs: Path
@@ -220,7 +207,7 @@ def _workers(
     servers = [
         SGLangServer(
             SGLangServerConfig(
-                port=_free_port(),
+                port=free_port(),
                 device="cpu",
                 model_dir=model_dir,
                 max_total_tokens=args.max_total_tokens,
@@ -333,15 +320,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         router = SGLangRouter(
                             SGLangRouterConfig(
                                 worker_urls=tuple(urls),
-                                port=_free_port(),
-                                metrics_port=_free_port(),
+                                port=free_port(),
+                                metrics_port=free_port(),
                                 policy=variant.router,
                                 log_path=scratch / f"router-{variant.name}.log",
                             )
                         )
                         url = router.start()
                         stack.callback(router.stop)
-                    _flush(urls)
+                    for url in urls:
+                        flush_cache(url)
                     before = {u: worker_tokens(u) for u in urls}
                     started = time.perf_counter()
                     logger.info("variant %s: %d requests via %s", variant.name, len(items), url)

@@ -40,7 +40,7 @@ from eval.commands.answers import read_questions
 from eval.commands.main import index_of
 from eval.lib.latency_stats import percentiles
 from eval.lib.paths import SQUAD_DIR
-from eval.lib.service_process import ServiceProcess, free_port
+from eval.lib.stack import ServiceProcess, free_port
 from generation.server.launch import SGLangServer, SGLangServerConfig, ensure_smollm2_model
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 

@@ -40,10 +40,10 @@ from budget.forms import FORMS, AnswerForm, FormRequest
 from budget.query_quality import FEATURES, ConfigurationModel, feature_row
 from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
+from eval.lib.metrics import answer_recall, strip_citations
 from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.records import with_records
 from eval.lib.results import write_result
-from eval.lib.squad_metrics import answer_recall, strip_citations
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest

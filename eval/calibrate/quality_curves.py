@@ -35,8 +35,8 @@ from budget import Deadline
 from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.latency_stats import percentiles
+from eval.lib.metrics import answer_recall
 from eval.lib.results import write_result
-from eval.lib.squad_metrics import answer_recall
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import (
     DEFAULT_EMBEDDER,

@@ -164,6 +164,6 @@ def frontier(
 
 
 def _label(example: Any, sentence: ScoredSentence) -> float:
-    from eval.lib.squad_metrics import answer_recall
+    from eval.lib.metrics import answer_recall
 
     return answer_recall(sentence.candidate.text, example.question.answers)

@@ -51,10 +51,10 @@ from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, se
 from eval.calibrate.read_mix import OutOfFold, fit_reader, frontier, live, lookup, reread_all
 from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
+from eval.lib.metrics import answer_recall
 from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.results import write_result
 from eval.lib.splits import Part, squad_part_of
-from eval.lib.squad_metrics import answer_recall
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest

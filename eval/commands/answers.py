@@ -48,7 +48,7 @@ from budget import Deadline
 from budget.forms import AnswerMode
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import percentiles
-from eval.lib.squad_metrics import (
+from eval.lib.metrics import (
     abstains,
     answer_recall,
     citation_precision,

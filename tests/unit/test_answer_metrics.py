@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eval.commands.answers import AnswerRecord, Question, read_questions, score_answers
-from eval.lib.squad_metrics import (
+from eval.lib.metrics import (
     abstains,
     answer_recall,
     citation_precision,
