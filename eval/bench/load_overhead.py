@@ -40,11 +40,11 @@ from eval.lib.load_engine import (
     DedicatedClients,
     HttpClients,
     LoadConfig,
-    LoadQuestion,
     SharedClient,
     run_open_loop,
     warm_up,
 )
+from eval.lib.questions import Question
 from eval.lib.results import write_result
 from eval.lib.stack import free_port
 
@@ -153,7 +153,7 @@ async def _measure(
     url: str, server_pid: int, rate: float, duration_s: float, kind: Clients
 ) -> dict[str, Any]:
     config = LoadConfig(url=url, duration_s=duration_s, request_timeout_s=10.0)
-    questions = [LoadQuestion(str(n), f"question {n}") for n in range(100)]
+    questions = [Question(str(n), f"question {n}") for n in range(100)]
     async with aclosing(_clients(kind, config)) as clients:
         load_before = os.getloadavg()[0]
         server_before, machine_before = _cpu_s(server_pid), _machine_busy_s()

@@ -50,14 +50,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from eval.calibrate.citations import corpus_without
-from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import LevelRun
 from eval.lib.load_engine import (
     DedicatedClients,
     LoadConfig,
-    LoadQuestion,
     RequestSlot,
     level_key,
     poisson_arrivals,
@@ -66,6 +64,7 @@ from eval.lib.load_engine import (
 )
 from eval.lib.metrics import Arrival, Gold, judged_level, level_quality, rate_comparison
 from eval.lib.paths import SQUAD_DIR
+from eval.lib.questions import Question, read_questions
 from eval.lib.results import measured_at, write_result
 from eval.lib.splits import squad_part_of
 from eval.lib.stack import (
@@ -187,7 +186,7 @@ async def _measure(
     runs: dict[float, LevelRun] = {}
     async with aclosing(DedicatedClients(load)) as clients:
         for question in work.warmup:
-            slot = RequestSlot(LoadQuestion(question.question_id, question.question), 0.0)
+            slot = RequestSlot(Question(question.question_id, question.question), 0.0)
             record = await send_request(clients, patient, slot)
             logger.info("warm-up status=%s ttft_ms=%s", record.status, record.client_ttft_ms)
         for index, rate in enumerate(rates):
@@ -197,7 +196,7 @@ async def _measure(
                 continue
             duration, _ = planned_arrivals(rate, arrivals, load.arrival_seed)
             asked = [
-                LoadQuestion(q.question_id, q.question)
+                Question(q.question_id, q.question)
                 for q in level_questions(work.questions, index, len(rates))
             ]
             flush()

@@ -56,15 +56,14 @@ from answer_service.runtime.settings import Settings
 from eval.commands.answers import (
     AnswerRecord,
     Ask,
-    Question,
     collect_answers,
     in_process_answering,
-    read_questions,
     score_answers,
 )
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import percentiles
 from eval.lib.paths import SHARED_DATA
+from eval.lib.questions import Question, read_questions
 from eval.lib.results import write_result
 from eval.lib.stack import flush_cache, free_port
 from generation.prefix_order import PromptLayout

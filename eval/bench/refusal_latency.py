@@ -36,10 +36,10 @@ from typing import Any
 
 import httpx
 
-from eval.commands.answers import read_questions
 from eval.commands.main import index_of
 from eval.lib.latency_stats import percentiles
 from eval.lib.paths import SQUAD_DIR
+from eval.lib.questions import read_questions
 from eval.lib.stack import ServiceProcess, free_port
 from generation.server.launch import SGLangServer, SGLangServerConfig, ensure_smollm2_model
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder

@@ -38,10 +38,10 @@ from answer_service.pipeline.forms import form_request
 from budget import Deadline
 from budget.forms import FORMS, AnswerForm, FormRequest
 from budget.query_quality import FEATURES, ConfigurationModel, feature_row
-from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.metrics import answer_recall, strip_citations
 from eval.lib.paths import SQUAD_DIR, shared
+from eval.lib.questions import Question, read_questions
 from eval.lib.records import with_records
 from eval.lib.results import write_result
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder

@@ -32,10 +32,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from budget import Deadline
-from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.latency_stats import percentiles
 from eval.lib.metrics import answer_recall
+from eval.lib.questions import Question, read_questions
 from eval.lib.results import write_result
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import (

@@ -49,10 +49,10 @@ from scipy.optimize import minimize  # type: ignore[import-untyped]
 from budget import Deadline
 from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, selection
 from eval.calibrate.read_mix import OutOfFold, fit_reader, frontier, live, lookup, reread_all
-from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.metrics import answer_recall
 from eval.lib.paths import SQUAD_DIR, shared
+from eval.lib.questions import Question, read_questions
 from eval.lib.results import write_result
 from eval.lib.splits import Part, squad_part_of
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder

@@ -28,16 +28,15 @@ from eval.commands.answers import (
     AnsweringSource,
     Ask,
     HttpAnswering,
-    Question,
     collect_answers,
     in_process_answering,
-    read_questions,
     score_answers,
 )
 from eval.commands.load import add_load_command
 from eval.commands.report import add_report_command
 from eval.commands.retrieval import HttpRanking, InProcessRanking, evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
+from eval.lib.questions import Question, read_questions
 from eval.lib.results import measured_at
 from eval.lib.results import write_result as _write
 from eval.lib.splits import PARTS, squad_part_of

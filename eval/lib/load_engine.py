@@ -32,13 +32,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
 import anyio.lowlevel
@@ -50,19 +48,12 @@ from answer_service.cli.sse_client import iter_events
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import LevelKind, LevelRun, RequestRecord, Status, counts
 from eval.lib.load_events import DoneStats, PlanChoices
-from retrieval.errors import CorpusFormatError
-from retrieval.jsonl import json_objects
+from eval.lib.questions import Question
 
 logger = logging.getLogger(__name__)
 
 OnRecord = Callable[[RequestRecord], None]
 EventHooks = Mapping[str, list[Callable[..., Any]]]
-
-
-@dataclass(frozen=True, slots=True)
-class LoadQuestion:
-    question_id: str
-    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,22 +74,6 @@ class LoadConfig:
     @property
     def answer_url(self) -> str:
         return f"{self.url.rstrip('/')}/v1/answer"
-
-
-def read_questions(path: Path, shuffle_seed: int | None = None) -> list[LoadQuestion]:
-    """Questions JSONL: SQuAD-open (`_id`, `question`) or BEIR queries (`_id`, `text`); a line
-    without `_id` is named by its line number. File order unless `shuffle_seed` is given."""
-    questions: list[LoadQuestion] = []
-    for line_no, record in json_objects(path):
-        text = record.get("question", record.get("text"))
-        if not isinstance(text, str) or not text.strip():
-            raise CorpusFormatError(path, line_no, "needs a non-empty `question` or `text`")
-        questions.append(LoadQuestion(str(record.get("_id", line_no)), text))
-    if not questions:
-        raise CorpusFormatError(path, 0, "no questions")
-    if shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(questions)
-    return questions
 
 
 def poisson_arrivals(rate_rps: float, duration_s: float, seed: int) -> list[float]:
@@ -200,7 +175,7 @@ async def warm_up() -> None:
 class RequestSlot:
     """Where a request sits in its level: which level, which question, when it was due."""
 
-    question: LoadQuestion
+    question: Question
     level_start_s: float
     rate_rps: float | None = None
     concurrency: int | None = None
@@ -233,7 +208,7 @@ async def send_request(
 ) -> RequestRecord:
     """One request, start to end of its stream, bounded by `request_timeout_s`; never raises
     for what the service or the network does (that becomes the record's status)."""
-    body: dict[str, Any] = {"query": slot.question.text, "stream": True}
+    body: dict[str, Any] = {"query": slot.question.question, "stream": True}
     if config.ttft_budget_ms is not None:
         body["ttft_budget_ms"] = config.ttft_budget_ms
     if config.top_k is not None:
@@ -305,7 +280,7 @@ async def send_request(
 async def run_open_loop(
     clients: HttpClients,
     config: LoadConfig,
-    questions: Sequence[LoadQuestion],
+    questions: Sequence[Question],
     rate_rps: float,
     on_record: OnRecord | None = None,
 ) -> LevelRun:
@@ -346,7 +321,7 @@ async def run_open_loop(
 async def run_closed_loop(
     clients: HttpClients,
     config: LoadConfig,
-    questions: Sequence[LoadQuestion],
+    questions: Sequence[Question],
     concurrency: int,
     on_record: OnRecord | None = None,
 ) -> LevelRun:
@@ -396,7 +371,7 @@ async def _tick(bar: tqdm, base_s: float, duration_s: float, status: Callable[[]
 async def run_levels(
     clients: HttpClients,
     config: LoadConfig,
-    questions: Sequence[LoadQuestion],
+    questions: Sequence[Question],
     kind: LevelKind,
     levels: Sequence[float],
     checkpoint: RunCheckpoint,

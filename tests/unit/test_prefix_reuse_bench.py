@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from eval.bench.prefix_reuse import WorkItem, _from, zipf_workload
-from eval.commands.answers import AnswerRecord, Question
+from eval.commands.answers import AnswerRecord
+from eval.lib.questions import Question
 
 
 def _topics() -> dict[str, list[WorkItem]]:

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval.commands.answers import AnswerRecord, Question, score_answers
+from eval.commands.answers import AnswerRecord, score_answers
 from eval.commands.main import main
 from eval.commands.report_inputs import Request, labels, stage_segments
 from eval.lib.latency_stats import LevelRun, RequestRecord, sweep_metrics
+from eval.lib.questions import Question
 from eval.lib.records import split
 from eval.lib.results import write_result
 
