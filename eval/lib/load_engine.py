@@ -16,8 +16,8 @@ shuffle); level i of n starts at question i x len/n, so no level asks what an ea
 asked (that answer would come from SGLang's prefix cache and flatter the later level).
 
 Each request in flight holds a keep-alive connection of its own (`DedicatedClients`), so it
-never waits for one on the client side; `SharedClient` (one `httpx.AsyncClient` and its pool)
-is kept for the overhead benchmark, which shows why it is not the default. No redirects, no
+never waits for one on the client side (one `httpx.AsyncClient` and its pool made requests
+queue for a connection at high rates). No redirects, no
 proxies from the environment: the requests go to the given URL and nowhere else. Client TTFT
 runs from the moment a request is handed to its client to the first `token` event. A `plan`
 event's choices (rerank depth, passages, retrieval depth, cuts) and the `done` event's answer
@@ -147,22 +147,6 @@ class DedicatedClients:
     async def aclose(self) -> None:
         for http in self._all:
             await http.aclose()
-
-
-class SharedClient:
-    """Every request through one `httpx.AsyncClient` and its pool (see `DedicatedClients`)."""
-
-    def __init__(
-        self, config: LoadConfig, pool_size: int, event_hooks: EventHooks | None = None
-    ) -> None:
-        self._http = _client(config, pool_size, event_hooks=event_hooks)
-
-    @asynccontextmanager
-    async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
-        yield self._http
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 async def warm_up() -> None:
