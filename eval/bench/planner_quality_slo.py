@@ -58,6 +58,7 @@ from eval.lib.load_engine import (
     LoadConfig,
     RequestSlot,
     level_key,
+    level_questions,
     poisson_arrivals,
     run_open_loop,
     send_request,
@@ -165,13 +166,6 @@ def planned_arrivals(rate: float, arrivals: int, seed: int) -> tuple[float, list
     if len(planned) != arrivals:  # the same stream cut between two arrivals: cannot happen
         raise RuntimeError(f"{len(planned)} arrivals planned for {arrivals}")
     return duration, planned
-
-
-def level_questions(questions: Sequence[T], index: int, levels: int) -> list[T]:
-    """Level `index` of `levels` starts on its own share: a question an earlier level asked
-    would be answered from the prefix cache and flatter the later level."""
-    start = index * (len(questions) // levels)
-    return [*questions[start:], *questions[:start]]
 
 
 async def _measure(

@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio.lowlevel
 import httpx
@@ -51,6 +51,8 @@ from eval.lib.load_events import DoneStats, PlanChoices
 from eval.lib.questions import Question
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 OnRecord = Callable[[RequestRecord], None]
 EventHooks = Mapping[str, list[Callable[..., Any]]]
@@ -338,6 +340,13 @@ def _status(key: str, tally: dict[str, int]) -> str:
     return " ".join([key, *(f"{status}={n}" for status, n in sorted(tally.items()))])
 
 
+def level_questions(questions: Sequence[T], index: int, levels: int) -> list[T]:
+    """Level `index` of `levels` starts on its own share: a question an earlier level asked
+    would be answered from the prefix cache and flatter the later level."""
+    start = index * (len(questions) // levels)
+    return [*questions[start:], *questions[:start]]
+
+
 def level_key(kind: LevelKind, level: float) -> str:
     return f"{kind}={level:g}"
 
@@ -387,10 +396,7 @@ async def run_levels(
                     bar, index * config.duration_s, config.duration_s, partial(_status, key, tally)
                 )
             )
-            # Each level starts its own share of the questions: a question an earlier level
-            # asked would be answered from the prefix cache and flatter the later level.
-            start = index * (len(questions) // len(levels))
-            asked = [*questions[start:], *questions[:start]]
+            asked = level_questions(questions, index, len(levels))
             try:
                 if kind == "rate":
                     run = await run_open_loop(clients, config, asked, level, count)

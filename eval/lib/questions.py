@@ -41,6 +41,15 @@ def read_questions(path: Path) -> list[Question]:
     return questions
 
 
+def sample(questions: list[Question], size: int | None, seed: int) -> list[Question]:
+    """A seeded sample of `size` in file order (all where `size` is None or not smaller): the
+    one `answer-eval answers --sample N --seed S` draws, so calibrations can draw the same."""
+    if size is None or size >= len(questions):
+        return questions
+    chosen = set(random.Random(seed).sample(range(len(questions)), size))
+    return [q for n, q in enumerate(questions) if n in chosen]
+
+
 def read_load_questions(path: Path, shuffle_seed: int | None = None) -> list[Question]:
     """Questions JSONL: SQuAD-open (`_id`, `question`) or BEIR queries (`_id`, `text`); a line
     without `_id` is named by its line number. File order unless `shuffle_seed` is given."""

@@ -13,12 +13,11 @@ import pytest
 from eval.bench.planner_quality_slo import (
     CONFIGURATIONS,
     build_parser,
-    level_questions,
     planned_arrivals,
     workload,
 )
 from eval.lib.latency_stats import RequestRecord, Status
-from eval.lib.load_engine import poisson_arrivals
+from eval.lib.load_engine import level_questions, poisson_arrivals
 from eval.lib.metrics import (
     Arrival,
     Gold,
