@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eval.lib.latency_stats import percentiles
 from eval.lib.paths import SQUAD_DIR
-from eval.lib.service_process import ServiceProcess, free_port
+from eval.lib.stack import ServiceProcess, free_port, service_environment
 from eval.lib.wire_timing import Exchange, LoopbackCapture, exchanges
 
 SQUAD = SQUAD_DIR
@@ -350,13 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSWER_")}
-    env.update(
-        ANSWER_RERANKER_MODEL="",
-        ANSWER_MAX_NEW_TOKENS=str(args.max_new_tokens),
-        ANSWER_ANSWER_CACHE_TTL_S="0",
+    env = service_environment(
+        None,
+        {"ANSWER_RERANKER_MODEL": "", "ANSWER_MAX_NEW_TOKENS": str(args.max_new_tokens)},
+        dict(item.split("=", 1) for item in args.service_env),
     )
-    env.update(item.split("=", 1) for item in args.service_env)
     scratch = Path(tempfile.mkdtemp(prefix="overload-soak-"))
     port = free_port()
     service = ServiceProcess(

@@ -20,7 +20,7 @@ i x len/n), each request carries `ttft_budget_ms` = the SLO, and SGLang's cache 
 before each level. Before a configuration's levels, `--warmup` questions of the
 planner-training part are asked one at a time with a generous budget (never measured). Each
 finished (SLO, configuration, rate) is checkpointed beside the output, so a rerun resumes. The
-metrics are defined in `eval/bench/quality_slo.py`.
+metrics are defined in `eval/lib/metrics.py`.
 
 The result: `{"runs": [{"slo_ms", "commit", "rates", "configurations": {name: {"per_rate":
 {"<rate>": {"quality_within_slo", "attainment", "answer_recall", "abstention", "refused",
@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import hashlib
 import logging
-import os
 import random
 import shlex
 import signal
@@ -50,42 +49,35 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eval.bench.planner_goodput import (
-    WARMUP_BUDGET_MS,
-    WARMUP_TIMEOUT_S,
-    Bench,
-    add_stack_options,
-    flush_cache,
-    named,
-    positive_numbers,
-)
-from eval.bench.quality_slo import (
-    ARRIVALS,
-    Arrival,
-    Gold,
-    judged_level,
-    level_quality,
-    rate_comparison,
-)
 from eval.calibrate.citations import corpus_without
-from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import LevelRun
 from eval.lib.load_engine import (
     DedicatedClients,
     LoadConfig,
-    LoadQuestion,
     RequestSlot,
     level_key,
+    level_questions,
     poisson_arrivals,
     run_open_loop,
     send_request,
 )
+from eval.lib.metrics import Arrival, Gold, judged_level, level_quality, rate_comparison
 from eval.lib.paths import SQUAD_DIR
+from eval.lib.questions import Question, read_questions
 from eval.lib.results import measured_at, write_result
-from eval.lib.service_process import ServiceProcess, free_port
 from eval.lib.splits import squad_part_of
+from eval.lib.stack import (
+    ServiceProcess,
+    SGLangStack,
+    add_stack_options,
+    flush_cache,
+    free_port,
+    named,
+    positive_numbers,
+    service_environment,
+)
 from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransformerEmbedder
 
 logger = logging.getLogger(__name__)
@@ -93,6 +85,13 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CACHE = Path.home() / ".cache" / "answer-service" / "bench"
+
+# Arrivals per configuration and rate asked for by default.
+ARRIVALS = 300
+# The warm-up is there to get every code path (SGLang's first prefills above all) run once, so
+# it is given the time to finish rather than the SLO.
+WARMUP_BUDGET_MS = 30_000
+WARMUP_TIMEOUT_S = 150.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +110,6 @@ class Configuration:
             "ANSWER_MODE": self.mode,
             "ANSWER_DEFAULT_TOP_K": str(self.passages),
             "ANSWER_RERANKER_MODEL": "",
-            # Each arrival is answered once per configuration: none from the answer cache.
-            "ANSWER_ANSWER_CACHE_TTL_S": "0",
             **dict(self.settings),
         }
 
@@ -171,13 +168,6 @@ def planned_arrivals(rate: float, arrivals: int, seed: int) -> tuple[float, list
     return duration, planned
 
 
-def level_questions(questions: Sequence[T], index: int, levels: int) -> list[T]:
-    """Level `index` of `levels` starts on its own share: a question an earlier level asked
-    would be answered from the prefix cache and flatter the later level."""
-    start = index * (len(questions) // levels)
-    return [*questions[start:], *questions[:start]]
-
-
 async def _measure(
     load: LoadConfig,
     work: Workload,
@@ -190,7 +180,7 @@ async def _measure(
     runs: dict[float, LevelRun] = {}
     async with aclosing(DedicatedClients(load)) as clients:
         for question in work.warmup:
-            slot = RequestSlot(LoadQuestion(question.question_id, question.question), 0.0)
+            slot = RequestSlot(Question(question.question_id, question.question), 0.0)
             record = await send_request(clients, patient, slot)
             logger.info("warm-up status=%s ttft_ms=%s", record.status, record.client_ttft_ms)
         for index, rate in enumerate(rates):
@@ -200,7 +190,7 @@ async def _measure(
                 continue
             duration, _ = planned_arrivals(rate, arrivals, load.arrival_seed)
             asked = [
-                LoadQuestion(q.question_id, q.question)
+                Question(q.question_id, q.question)
                 for q in level_questions(work.questions, index, len(rates))
             ]
             flush()
@@ -230,7 +220,8 @@ def _identity(args: argparse.Namespace, config: Configuration, slo_ms: float) ->
 
 
 def measure(
-    bench: Bench,
+    stack: SGLangStack,
+    index_dir: Path,
     args: argparse.Namespace,
     config: Configuration,
     slo_ms: float,
@@ -239,17 +230,15 @@ def measure(
 ) -> dict[float, LevelRun]:
     if all(level_key("rate", rate) in checkpoint.done for rate in args.rates):
         return {r: LevelRun.from_json(checkpoint.done[level_key("rate", r)]) for r in args.rates}
-    sglang = bench.sglang_url()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSWER_")}
-    env.update(config.environment())
-    env.update(args.service_env)
+    sglang = stack.url()
     service = ServiceProcess(
         f"{config.name}-{slo_ms:g}",
         port=free_port(),
-        index_dir=bench.index_dir,
+        index_dir=index_dir,
         sglang_url=sglang,
-        env=env,
-        scratch=bench.scratch,
+        # Each arrival is answered once per configuration: none from the answer cache.
+        env=service_environment(None, config.environment(), args.service_env),
+        scratch=stack.scratch,
     )
     try:
         url = service.start(needs_reranker=False)
@@ -365,7 +354,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     index_dir = index_of(corpus, None, embedder)
     scratch = Path(tempfile.mkdtemp(prefix="planner-quality-slo-"))
     logger.info("logs of the servers in %s", scratch)
-    bench = Bench(args, index_dir, scratch)
+    stack = SGLangStack(scratch, args.max_total_tokens, args.cpu_threads)
     checkpoints = {
         (slo, c.name): RunCheckpoint(
             args.out.with_name(f"{args.out.name}.{slo:g}.{c.name}"), _identity(args, c, slo)
@@ -379,13 +368,13 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         for slo in args.slos:
             for config in configs:
                 key = (slo, config.name)
-                measured[key] = measure(bench, args, config, slo, work, checkpoints[key])
+                measured[key] = measure(stack, index_dir, args, config, slo, work, checkpoints[key])
     except BaseException:
         for checkpoint in checkpoints.values():
             checkpoint.close()
         raise
     finally:
-        bench.close()
+        stack.close()
     runs, lines = [], []
     for slo in args.slos:
         judged = {

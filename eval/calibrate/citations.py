@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from answer_service.pipeline.attribution import content_terms, coverage, evidence
 from budget import Deadline
-from eval.commands.answers import Question
+from eval.lib.questions import Question
 from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import logging
 import os
-import random
 import statistics
 import sys
 from collections.abc import Sequence
@@ -32,11 +31,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from budget import Deadline
-from eval.commands.answers import Question, read_questions
 from eval.commands.main import index_of
 from eval.lib.latency_stats import percentiles
+from eval.lib.metrics import answer_recall
+from eval.lib.paths import SQUAD_DIR
+from eval.lib.questions import Question, read_questions, sample
 from eval.lib.results import write_result
-from eval.lib.squad_metrics import answer_recall
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import (
     DEFAULT_EMBEDDER,
@@ -53,7 +53,6 @@ from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
-_SQUAD = Path("../shared/data/squad-v1.1-open")
 # Generous: a curve measures the stages at their own pace, never a degraded order.
 _STEP_BUDGET_MS = 120_000
 
@@ -166,14 +165,11 @@ async def measure(
     return records
 
 
-def sample_questions(path: Path, sample: int | None, seed: int) -> list[Question]:
+def sample_questions(path: Path, size: int | None, seed: int) -> list[Question]:
     """A seeded sample drawn as `answer-eval answers` draws it, less the questions without a
     gold passage or answer (which no curve can count)."""
-    questions = read_questions(path)
-    if sample is not None and sample < len(questions):
-        chosen = set(random.Random(seed).sample(range(len(questions)), sample))
-        questions = [q for n, q in enumerate(questions) if n in chosen]
-    return [q for q in questions if q.gold_passage_id and q.answers]
+    drawn = sample(read_questions(path), size, seed)
+    return [q for q in drawn if q.gold_passage_id and q.answers]
 
 
 def _open(args: argparse.Namespace) -> tuple[Retriever, str]:
@@ -253,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m eval.calibrate.quality_curves", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--passages", type=Path, default=_SQUAD / "passages.jsonl")
-    parser.add_argument("--questions", type=Path, default=_SQUAD / "questions.jsonl")
+    parser.add_argument("--passages", type=Path, default=SQUAD_DIR / "passages.jsonl")
+    parser.add_argument("--questions", type=Path, default=SQUAD_DIR / "questions.jsonl")
     parser.add_argument("--index", type=Path, help="an index of --passages (else built)")
     parser.add_argument("--embedder", default=DEFAULT_EMBEDDER)
     parser.add_argument(

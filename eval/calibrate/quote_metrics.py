@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from eval.lib.squad_metrics import answer_recall
+from eval.lib.metrics import answer_recall
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.scorer import ScoredSentence, SentenceModel
 from retrieval.sentences.terms import content_terms

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from eval.calibrate.quote_metrics import platt, quote_metrics, scored, selection_for
 from eval.calibrate.sentence_reader import SCORES
+from eval.lib.metrics import answer_recall
 from retrieval.sentences.quote import QuoteConfig
 from retrieval.sentences.reader import Read, ReadMix, SentenceReader, reread
 from retrieval.sentences.scorer import Candidate, ScoredSentence, SentenceModel
@@ -164,6 +165,4 @@ def frontier(
 
 
 def _label(example: Any, sentence: ScoredSentence) -> float:
-    from eval.lib.squad_metrics import answer_recall
-
     return answer_recall(sentence.candidate.text, example.question.answers)

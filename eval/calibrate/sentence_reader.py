@@ -41,7 +41,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from eval.calibrate.sentence_examples import examples_of, part_questions, retriever_for
+from eval.lib.paths import SQUAD_DIR, shared
 from retrieval.sentences.reader import ADAPTER_FILE, ReaderMeta, pair_text, write_adapter
+from retrieval.sentences.scorer import ScorerWeights, SentenceModel
 
 logger = logging.getLogger(__name__)
 
@@ -323,18 +326,14 @@ def run_train(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def write_examples(out: Path, top_k: int) -> int:
-    from eval.calibrate.sentence_scorer import _questions, _retriever, examples_of
-    from eval.lib.paths import SQUAD_DIR, shared
-    from retrieval.sentences.scorer import ScorerWeights, SentenceModel
-
     model = SentenceModel(ScorerWeights.read())
-    retriever = await asyncio.to_thread(_retriever, shared(SQUAD_DIR / "passages.jsonl"))
+    retriever = await asyncio.to_thread(retriever_for, shared(SQUAD_DIR / "passages.jsonl"))
     out.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     try:
         with gzip.open(out, "wt", encoding="utf-8") as lines:
             for part in ("scorer_training", "planner_training", "evaluation"):
-                for example in await examples_of(retriever, _questions(part), top_k):
+                for example in await examples_of(retriever, part_questions(part), top_k):
                     q = example.question
                     scores = model.scores(example.features).tolist() if example.found else []
                     record = {

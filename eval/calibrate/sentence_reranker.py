@@ -2,7 +2,7 @@
 rank the relevant abstracts, against hybrid order, and how often a quote comes from one.
 
     python -m eval.calibrate.sentence_reranker --out eval/results/sentence-reranker.json \\
-        [--mix retrieval/rerank/sentence_mix.json] [--depth 50] [--reader]
+        [--mix retrieval/rerank/sentence_mix.json] [--depth 50]
 
 Reads ../shared/data/scifact. The corpus is indexed as the service indexes it; each train claim
 of the committed split (eval/splits/scifact.json) is retrieved (hybrid, top `--depth`), its
@@ -10,12 +10,9 @@ candidates' sentences scored by the shipped scorer (trained on SQuAD, never on S
 each passage given `best x its best sentence + second x its second + rank / (1 + its place)`.
 The mix is chosen on the scorer-training claims by nDCG@10 and measured on the evaluation
 claims, whose relevant abstracts no training claim shares. It writes the mix the service loads
-(`--mix`).
-
-`--reader` also measures the sentence reader (learned on SQuAD questions) as a further term: the
-reader reads each of the first `READ_PASSAGES` passages' best `READ_PER_PASSAGE` sentences, a
-passage gains `weight x its best logit` (one it did not read: the claim's lowest), the weight
-chosen on the training claims. Reported, not shipped: the mix the command writes never reads.
+(`--mix`). (Its `--reader` option, which measured the SQuAD sentence reader as a further
+term and shipped nothing, was removed (last at 51f22ed); eval/results/sentence-reranker.json
+still holds what it measured.)
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ import itertools
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +43,6 @@ from retrieval.rerank.sentence import PassageMix, passage_scores
 from retrieval.retriever import Retriever
 from retrieval.search.base import SearchRequest
 from retrieval.sentences.quote import read_quote_config, select_quote
-from retrieval.sentences.reader import ReaderConfig, SentenceReader
 from retrieval.sentences.scorer import (
     Candidate,
     ScoredSentence,
@@ -57,9 +53,6 @@ from retrieval.sentences.scorer import (
 )
 
 MIX = Path(__file__).resolve().parents[2] / "retrieval" / "rerank" / "sentence_mix.json"
-READ_PASSAGES = 20
-READ_PER_PASSAGE = 3
-READER_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +62,6 @@ class Claim:
     passages: list[ScoredPassage]
     found: list[Candidate]
     scores: npt.NDArray[np.float64]
-    # The reader's best logit per passage (`--reader`; its lowest where it read none).
-    read: npt.NDArray[np.float64] | None = None
 
 
 async def claims_of(
@@ -95,40 +86,16 @@ async def claims_of(
     return out
 
 
-def best_reads(reader: SentenceReader, text: str, claim: Claim) -> npt.NDArray[np.float64]:
-    """The reader's best logit for each passage, reading each of the first `READ_PASSAGES`
-    passages' best `READ_PER_PASSAGE` sentences by the scorer."""
-    by_rank: dict[int, list[int]] = {}
-    for i, candidate in enumerate(claim.found):
-        if candidate.rank < READ_PASSAGES:
-            by_rank.setdefault(candidate.rank, []).append(i)
-    chosen = [
-        i
-        for own in by_rank.values()
-        for i in sorted(own, key=lambda i: -claim.scores[i])[:READ_PER_PASSAGE]
-    ]
-    logits = reader.read(text, [claim.found[i] for i in chosen])
-    best = np.full(len(claim.passages), np.nan)
-    for i, logit in zip(chosen, logits, strict=True):
-        rank = claim.found[i].rank
-        best[rank] = logit if np.isnan(best[rank]) else max(best[rank], logit)
-    floor = np.nanmin(best) if not np.isnan(best).all() else 0.0
-    return np.where(np.isnan(best), floor, best)
-
-
 def ndcg(
     claims: Sequence[Claim],
     qrels: dict[str, set[str]],
     mix: PassageMix | None,
-    reader_weight: float = 0.0,
 ) -> float:
     rankings = {}
     for claim in claims:
         passages = claim.passages
         if mix is not None:
             mixed = np.asarray(passage_scores(claim.found, claim.scores, len(passages), mix))
-            if reader_weight and claim.read is not None:
-                mixed = mixed + reader_weight * claim.read
             passages = [passages[i] for i in sorted(range(len(passages)), key=lambda i: -mixed[i])]
         rankings[claim.claim_id] = doc_ranking(passages)
     judged = {c.claim_id: qrels[c.claim_id] for c in claims}
@@ -152,10 +119,9 @@ def quotes_from_relevant(claims: Sequence[Claim], qrels: dict[str, set[str]], to
 
 @dataclass(frozen=True, slots=True)
 class SciFactClaims:
-    """The train claims of some parts of the split, retrieved, with their texts and relevant
-    abstracts (by claim id)."""
+    """The train claims of some parts of the split, retrieved, with their relevant abstracts
+    (by claim id)."""
 
-    texts: dict[str, str]
     qrels: dict[str, set[str]]
     parts: dict[Part, list[Claim]]
 
@@ -178,32 +144,21 @@ async def retrieve_claims(parts: Sequence[Part], depth: int) -> SciFactClaims:
             retrieved[part] = await claims_of(retriever, texts, ids, depth, model)
     finally:
         retriever.close()
-    return SciFactClaims(texts, qrels, retrieved)
+    return SciFactClaims(qrels, retrieved)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     retrieved = await retrieve_claims(("scorer_training", "evaluation"), args.depth)
-    texts, qrels, parts = retrieved.texts, retrieved.qrels, retrieved.parts
+    qrels, parts = retrieved.qrels, retrieved.parts
     grid = [
         PassageMix(1.0, second, rank)
         for second, rank in itertools.product((0.0, 0.25, 0.5), (0.0, 0.5, 1.0, 2.0, 4.0, 8.0))
     ]
     train, test = parts["scorer_training"], parts["evaluation"]
     best = max(grid, key=lambda mix: ndcg(train, qrels, mix))
-    metrics: dict[str, Any] = {}
-    if args.reader:
-        reader = SentenceReader(ReaderConfig())
-        await asyncio.to_thread(reader.warm_up)
-        for claims in parts.values():
-            for n, claim in enumerate(claims):
-                read = await asyncio.to_thread(best_reads, reader, texts[claim.claim_id], claim)
-                claims[n] = replace(claim, read=read)
-        what = {"passages": READ_PASSAGES, "sentences_per_passage": READ_PER_PASSAGE}
-        metrics["reader"] = reader_metrics(train, test, qrels, what)
     return {
         "mix": best,
-        "metrics": metrics
-        | {
+        "metrics": {
             "training": {
                 "claims": len(train),
                 "ndcg@10_hybrid": ndcg(train, qrels, None),
@@ -221,45 +176,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def reader_metrics(
-    train: Sequence[Claim],
-    test: Sequence[Claim],
-    qrels: dict[str, set[str]],
-    read: dict[str, Any],
-) -> dict[str, Any]:
-    """The reader's term beside the sentence mix (both chosen on the training claims), and the
-    reader alone, in nDCG@10; `read` says what the reader read, for the report."""
-    grid = [
-        (PassageMix(best, second, rank), weight)
-        for best, second, rank in itertools.product(
-            (0.0, 1.0), (0.0, 0.5), (0.0, 0.5, 1.0, 2.0, 4.0)
-        )
-        for weight in READER_WEIGHTS
-    ]
-    mix, weight = max(grid, key=lambda pair: ndcg(train, qrels, *pair))
-    alone = PassageMix(0.0, 0.0, 0.0)
-    return {
-        "read": read,
-        "mix": asdict(mix) | {"reader": weight},
-        "training": {
-            "ndcg@10_with_reader": ndcg(train, qrels, mix, weight),
-            "ndcg@10_reader_only": ndcg(train, qrels, alone, 1.0),
-        },
-        "evaluation": {
-            "ndcg@10_with_reader": ndcg(test, qrels, mix, weight),
-            "ndcg@10_reader_only": ndcg(test, qrels, alone, 1.0),
-        },
-    }
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.calibrate.sentence_reranker")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--mix", type=Path, default=MIX, help="the file the service loads")
     parser.add_argument("--depth", type=int, default=50, help="candidates reranked per claim")
-    parser.add_argument(
-        "--reader", action="store_true", help="also measure the sentence reader as a term"
-    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     result = asyncio.run(run(args))
@@ -271,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_result(
         args.out,
         "calibrate-sentence-reranker",
-        {"depth": args.depth, "split": "eval/splits/scifact.json", "reader": args.reader},
+        {"depth": args.depth, "split": "eval/splits/scifact.json"},
         {"corpus": "scifact", "claims": "train claims with qrels, by part"},
         result["metrics"],
     )

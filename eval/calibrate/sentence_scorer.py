@@ -46,72 +46,26 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize  # type: ignore[import-untyped]
 
-from budget import Deadline
 from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, selection
 from eval.calibrate.read_mix import OutOfFold, fit_reader, frontier, live, lookup, reread_all
-from eval.commands.answers import Question, read_questions
-from eval.commands.main import index_of
+from eval.calibrate.sentence_examples import Example, examples_of, part_questions, retriever_for
+from eval.lib.metrics import answer_recall
 from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.results import write_result
-from eval.lib.splits import Part, squad_part_of
-from eval.lib.squad_metrics import answer_recall
-from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.retriever import Retriever
-from retrieval.search.base import SearchRequest
 from retrieval.sentences.answerable import AnswerableModel, answerable_features, fit_answerable
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader, to_read
 from retrieval.sentences.scorer import (
     FEATURES,
-    Candidate,
     ScoredSentence,
     ScorerWeights,
     SentenceModel,
     best_probabilities,
-    candidates,
-    feature_matrix,
 )
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / "scorer.json"
-
-
-@dataclass(frozen=True, slots=True)
-class Example:
-    """One question's candidates, their features and labels."""
-
-    question: Question
-    found: list[Candidate]
-    features: npt.NDArray[np.float64]
-    labels: npt.NDArray[np.float64]
-
-
-async def examples_of(
-    retriever: Retriever, questions: Sequence[Question], top_k: int, leave_out_gold: bool = False
-) -> list[Example]:
-    """Each question's retrieved candidates; with `leave_out_gold` as if its own gold document
-    were not in the index (what a question the corpus cannot answer looks like, while the rest
-    of its article, which it resembles most, stays)."""
-    store = retriever.index.sentences
-    out = []
-    extra = 3 if leave_out_gold else 0
-    for question in questions:
-        deadline = Deadline.after_ms(60_000)
-        vector = (await retriever.embed.run(question.question, deadline)).value
-        search = retriever.search_stage("hybrid")
-        request = SearchRequest(question.question, vector, top_k + extra)
-        hits = (await search.run(request, deadline)).value
-        if leave_out_gold:
-            hits = [h for h in hits if h.passage.doc_id != question.gold_passage_id][:top_k]
-        rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]
-        found = candidates(store, rows, retriever.index.passage)
-        features = feature_matrix(question.question, vector, found, store)
-        labels = np.asarray(
-            [answer_recall(c.text, question.answers) for c in found], dtype=np.float64
-        )
-        out.append(Example(question, found, features, labels))
-    return out
 
 
 def fit(examples: Sequence[Example], l2: float = 1.0) -> ScorerWeights:
@@ -252,26 +206,10 @@ def fit_abstention(
     return AnswerableModel(weights, mean, scale, threshold=0.0)
 
 
-def _retriever(corpus: Path) -> Retriever:
-    embedder = SentenceTransformerEmbedder(EmbedderConfig())
-    # The examples need only the features; the weights are what this command learns.
-    return Retriever.open(
-        index_of(corpus, None, embedder), embedder, scorer=ScorerWeights.untrained()
-    )
-
-
-def _questions(part: Part) -> list[Question]:
-    return [
-        q
-        for q in read_questions(shared(SQUAD_DIR / "questions.jsonl"))
-        if q.gold_passage_id and squad_part_of(q.gold_passage_id) == part
-    ]
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     passages = shared(SQUAD_DIR / "passages.jsonl")
-    training, evaluation = _questions("scorer_training"), _questions("evaluation")
-    retriever = await asyncio.to_thread(_retriever, passages)
+    training, evaluation = part_questions("scorer_training"), part_questions("evaluation")
+    retriever = await asyncio.to_thread(retriever_for, passages)
     try:
         train = await examples_of(retriever, training, args.top_k)
         test = await examples_of(retriever, evaluation, args.top_k)
@@ -282,7 +220,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     model = SentenceModel(weights)
     chosen = selection(train, model, args.max_median_words)
     # Each question as if its own gold document were not in the index.
-    retriever = await asyncio.to_thread(_retriever, passages)
+    retriever = await asyncio.to_thread(retriever_for, passages)
     try:
         removed_train = await examples_of(retriever, training, args.top_k, leave_out_gold=True)
         removed_test = await examples_of(retriever, evaluation, args.top_k, leave_out_gold=True)

@@ -24,7 +24,6 @@ import statistics
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -48,7 +47,7 @@ from budget import Deadline
 from budget.forms import AnswerMode
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import percentiles
-from eval.lib.squad_metrics import (
+from eval.lib.metrics import (
     abstains,
     answer_recall,
     citation_precision,
@@ -59,37 +58,8 @@ from eval.lib.squad_metrics import (
     normalize_answer,
     strip_citations,
 )
-from retrieval.errors import CorpusFormatError
-from retrieval.jsonl import json_objects, unique_id
+from eval.lib.questions import Question
 from retrieval.sentences.splitter import split_sentences
-
-
-@dataclass(frozen=True, slots=True)
-class Question:
-    question_id: str
-    question: str
-    answers: tuple[str, ...]
-    gold_passage_id: str | None = None
-    # Its gold passage was taken out of the index (`--remove-gold`): abstaining is right.
-    gold_removed: bool = False
-
-
-def read_questions(path: Path) -> list[Question]:
-    """Questions JSONL; a bad line is refused with its line number."""
-    questions: list[Question] = []
-    seen: set[str] = set()
-    for line_no, record in json_objects(path):
-        question_id = unique_id(path, line_no, record, seen)
-        text = record.get("question")
-        answers, gold = record.get("answers", []), record.get("gold_passage_id")
-        if not isinstance(text, str) or not text.strip():
-            raise CorpusFormatError(path, line_no, "`question` must be a non-empty string")
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            raise CorpusFormatError(path, line_no, "`answers` must be a list of strings")
-        if gold is not None and (not isinstance(gold, str) or not gold):
-            raise CorpusFormatError(path, line_no, "`gold_passage_id` must be a string")
-        questions.append(Question(question_id, text, tuple(answers), gold))
-    return questions
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,8 @@ from typing import Any
 from budget.forms import MODES as ANSWER_MODES
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import LevelKind, sweep_metrics
-from eval.lib.load_engine import DedicatedClients, LoadConfig, read_questions, run_levels
+from eval.lib.load_engine import DedicatedClients, LoadConfig, run_levels
+from eval.lib.questions import read_load_questions
 from eval.lib.results import write_result
 
 
@@ -138,7 +139,7 @@ def _identity(args: argparse.Namespace, kind: LevelKind) -> dict[str, Any]:
 
 async def _load(args: argparse.Namespace) -> int:
     kind, levels = _levels(args)
-    questions = read_questions(args.questions, args.seed)
+    questions = read_load_questions(args.questions, args.seed)
     config = LoadConfig(
         url=args.url,
         duration_s=args.duration,

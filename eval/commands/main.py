@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import random
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -28,16 +27,15 @@ from eval.commands.answers import (
     AnsweringSource,
     Ask,
     HttpAnswering,
-    Question,
     collect_answers,
     in_process_answering,
-    read_questions,
     score_answers,
 )
 from eval.commands.load import add_load_command
 from eval.commands.report import add_report_command
 from eval.commands.retrieval import HttpRanking, InProcessRanking, evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
+from eval.lib.questions import Question, read_questions, sample
 from eval.lib.results import measured_at
 from eval.lib.results import write_result as _write
 from eval.lib.splits import PARTS, squad_part_of
@@ -120,9 +118,7 @@ def _chosen(args: argparse.Namespace) -> list[Question]:
             for q in questions
             if q.gold_passage_id and squad_part_of(q.gold_passage_id) == args.part
         ]
-    if args.sample is not None and args.sample < len(questions):
-        chosen = set(random.Random(args.seed).sample(range(len(questions)), args.sample))
-        questions = [q for n, q in enumerate(questions) if n in chosen]
+    questions = sample(questions, args.sample, args.seed)
     if args.limit is not None:
         questions = questions[: args.limit]
     return questions

@@ -3,7 +3,7 @@ plots beside it, over the result files of the other commands, to show where the 
 
     answer-eval report eval/results/*.json run/load-*.json --out report/
 
-Takes `retrieval`, `answers`, `load` and `prefix-reuse-bench` results and the stage-cost table
+Takes `retrieval`, `answers` and `load` results and the stage-cost table
 in any mix (`eval/commands/report_inputs.py` reads them); each section is drawn from the files that have
 its data and left out when none has. Every file is read before anything is written; a bad one
 stops the report with one line naming it and exit code 2.
@@ -31,7 +31,6 @@ from eval.commands.report_inputs import (
     AnswersResult,
     AnyResult,
     LoadResult,
-    PrefixResult,
     ReportInputError,
     ResultFile,
     RetrievalResult,
@@ -107,11 +106,6 @@ def _headline(result: AnyResult) -> str:
         return (
             f"goodput {_num(result.metrics.goodput_rps, 2)} rps at TTFT ≤ "
             f"{_ms(result.metrics.slo_ms)} ms; {len(levels)} level(s); best attainment {best:.3f}"
-        )
-    if isinstance(result, PrefixResult):
-        return "; ".join(
-            f"{name}: cached {_num(m.cached_token_share)}, TTFT p50 {_ms(m.ttft_ms.get('p50'))} ms"
-            for name, m in result.metrics.items()
         )
     stages = sorted({cost.stage for cost in result.costs})
     return f"{len(result.costs)} measurements of {', '.join(stages)}"
@@ -372,14 +366,9 @@ def _quality(files: Sequence[ResultFile], out: Path) -> list[str]:
                 "",
                 *_table(["mode", *names], rows),
             ]
-        elif isinstance(result, AnswersResult | PrefixResult):
+        elif isinstance(result, AnswersResult):
             top_k = _depth(result.config, "top_k")
-            runs = (
-                result.metrics.items()
-                if isinstance(result, PrefixResult)
-                else [("all", result.metrics)]
-            )
-            if isinstance(result, AnswersResult) and top_k is not None:
+            if top_k is not None:
                 points += [
                     QualityPoint("answers", "answers", name, top_k, value, file.label)
                     for name in ("answer_recall", "f1")
@@ -388,7 +377,7 @@ def _quality(files: Sequence[ResultFile], out: Path) -> list[str]:
             tables += [
                 f"### {file.label} (top_k {_num(top_k, 0)})",
                 "",
-                *_table(answer_header, [_answer_row(n, m) for n, m in runs]),
+                *_table(answer_header, [_answer_row("all", result.metrics)]),
             ]
     if not tables:
         return []

@@ -1,8 +1,8 @@
 """The result files `answer-eval report` reads, validated at the edge, and the arithmetic on
 their per-request records.
 
-Reads `retrieval`, `answers`, `load` and `prefix-reuse-bench` results (the layout of
-`eval/lib/results.py`) and the stage-cost table of `eval/bench/stage_costs.py`, whole or as a
+Reads `retrieval`, `answers` and `load` results (the layout of `eval/lib/results.py`) and the
+stage-cost table (`eval/results/stage-costs.json`), whole or as a
 committed summary whose records lie beside it (`eval/lib/records.py`). Unknown fields are
 ignored, so newer files still read; a file that is none of these, or whose fields have the
 wrong shape, raises `ReportInputError` with one line naming the file.
@@ -130,11 +130,6 @@ class LoadResult(_Envelope):
     requests: list[Request] = Field(default_factory=list)
 
 
-class PrefixResult(_Envelope):
-    metrics: dict[str, AnswerMetrics]
-    requests: dict[str, list[Request]] = Field(default_factory=dict)
-
-
 class Cost(_Model):
     stage: str
     setting: dict[str, Any]
@@ -150,12 +145,11 @@ class StageCostsResult(_Model):
     costs: list[Cost]
 
 
-AnyResult = RetrievalResult | AnswersResult | LoadResult | PrefixResult | StageCostsResult
+AnyResult = RetrievalResult | AnswersResult | LoadResult | StageCostsResult
 _RESULT_MODELS: dict[str, type[AnyResult]] = {
     "retrieval": RetrievalResult,
     "answers": AnswersResult,
     "load": LoadResult,
-    "prefix-reuse-bench": PrefixResult,
     "stage-costs": StageCostsResult,  # written without a `command`; known by its `costs`
 }
 
@@ -233,11 +227,9 @@ def load_levels(result: LoadResult) -> list[LoadLevel]:
 
 
 def request_groups(result: AnyResult) -> list[tuple[str, list[Request]]]:
-    """The per-request records by level (load) or variant (bench); one group otherwise."""
+    """The per-request records by level (load); one group otherwise."""
     if isinstance(result, AnswersResult):
         return [("all", result.requests)] if result.requests else []
-    if isinstance(result, PrefixResult):
-        return [(name, records) for name, records in result.requests.items() if records]
     if not isinstance(result, LoadResult):
         return []
     by_level: dict[tuple[str, float], list[Request]] = {}

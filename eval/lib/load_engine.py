@@ -16,8 +16,8 @@ shuffle); level i of n starts at question i x len/n, so no level asks what an ea
 asked (that answer would come from SGLang's prefix cache and flatter the later level).
 
 Each request in flight holds a keep-alive connection of its own (`DedicatedClients`), so it
-never waits for one on the client side; `SharedClient` (one `httpx.AsyncClient` and its pool)
-is kept for the overhead benchmark, which shows why it is not the default. No redirects, no
+never waits for one on the client side (one `httpx.AsyncClient` and its pool made requests
+queue for a connection at high rates). No redirects, no
 proxies from the environment: the requests go to the given URL and nowhere else. Client TTFT
 runs from the moment a request is handed to its client to the first `token` event. A `plan`
 event's choices (rerank depth, passages, retrieval depth, cuts) and the `done` event's answer
@@ -32,14 +32,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio.lowlevel
 import httpx
@@ -50,19 +48,14 @@ from answer_service.cli.sse_client import iter_events
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.latency_stats import LevelKind, LevelRun, RequestRecord, Status, counts
 from eval.lib.load_events import DoneStats, PlanChoices
-from retrieval.errors import CorpusFormatError
-from retrieval.jsonl import json_objects
+from eval.lib.questions import Question
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 OnRecord = Callable[[RequestRecord], None]
 EventHooks = Mapping[str, list[Callable[..., Any]]]
-
-
-@dataclass(frozen=True, slots=True)
-class LoadQuestion:
-    question_id: str
-    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,22 +76,6 @@ class LoadConfig:
     @property
     def answer_url(self) -> str:
         return f"{self.url.rstrip('/')}/v1/answer"
-
-
-def read_questions(path: Path, shuffle_seed: int | None = None) -> list[LoadQuestion]:
-    """Questions JSONL: SQuAD-open (`_id`, `question`) or BEIR queries (`_id`, `text`); a line
-    without `_id` is named by its line number. File order unless `shuffle_seed` is given."""
-    questions: list[LoadQuestion] = []
-    for line_no, record in json_objects(path):
-        text = record.get("question", record.get("text"))
-        if not isinstance(text, str) or not text.strip():
-            raise CorpusFormatError(path, line_no, "needs a non-empty `question` or `text`")
-        questions.append(LoadQuestion(str(record.get("_id", line_no)), text))
-    if not questions:
-        raise CorpusFormatError(path, 0, "no questions")
-    if shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(questions)
-    return questions
 
 
 def poisson_arrivals(rate_rps: float, duration_s: float, seed: int) -> list[float]:
@@ -174,22 +151,6 @@ class DedicatedClients:
             await http.aclose()
 
 
-class SharedClient:
-    """Every request through one `httpx.AsyncClient` and its pool (see `DedicatedClients`)."""
-
-    def __init__(
-        self, config: LoadConfig, pool_size: int, event_hooks: EventHooks | None = None
-    ) -> None:
-        self._http = _client(config, pool_size, event_hooks=event_hooks)
-
-    @asynccontextmanager
-    async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
-        yield self._http
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-
 async def warm_up() -> None:
     """Import what httpx imports on its first request (anyio's asyncio backend, tens of ms),
     so that cost does not land in the first request's TTFT."""
@@ -200,7 +161,7 @@ async def warm_up() -> None:
 class RequestSlot:
     """Where a request sits in its level: which level, which question, when it was due."""
 
-    question: LoadQuestion
+    question: Question
     level_start_s: float
     rate_rps: float | None = None
     concurrency: int | None = None
@@ -233,7 +194,7 @@ async def send_request(
 ) -> RequestRecord:
     """One request, start to end of its stream, bounded by `request_timeout_s`; never raises
     for what the service or the network does (that becomes the record's status)."""
-    body: dict[str, Any] = {"query": slot.question.text, "stream": True}
+    body: dict[str, Any] = {"query": slot.question.question, "stream": True}
     if config.ttft_budget_ms is not None:
         body["ttft_budget_ms"] = config.ttft_budget_ms
     if config.top_k is not None:
@@ -305,7 +266,7 @@ async def send_request(
 async def run_open_loop(
     clients: HttpClients,
     config: LoadConfig,
-    questions: Sequence[LoadQuestion],
+    questions: Sequence[Question],
     rate_rps: float,
     on_record: OnRecord | None = None,
 ) -> LevelRun:
@@ -346,7 +307,7 @@ async def run_open_loop(
 async def run_closed_loop(
     clients: HttpClients,
     config: LoadConfig,
-    questions: Sequence[LoadQuestion],
+    questions: Sequence[Question],
     concurrency: int,
     on_record: OnRecord | None = None,
 ) -> LevelRun:
@@ -379,6 +340,13 @@ def _status(key: str, tally: dict[str, int]) -> str:
     return " ".join([key, *(f"{status}={n}" for status, n in sorted(tally.items()))])
 
 
+def level_questions(questions: Sequence[T], index: int, levels: int) -> list[T]:
+    """Level `index` of `levels` starts on its own share: a question an earlier level asked
+    would be answered from the prefix cache and flatter the later level."""
+    start = index * (len(questions) // levels)
+    return [*questions[start:], *questions[:start]]
+
+
 def level_key(kind: LevelKind, level: float) -> str:
     return f"{kind}={level:g}"
 
@@ -396,7 +364,7 @@ async def _tick(bar: tqdm, base_s: float, duration_s: float, status: Callable[[]
 async def run_levels(
     clients: HttpClients,
     config: LoadConfig,
-    questions: Sequence[LoadQuestion],
+    questions: Sequence[Question],
     kind: LevelKind,
     levels: Sequence[float],
     checkpoint: RunCheckpoint,
@@ -428,10 +396,7 @@ async def run_levels(
                     bar, index * config.duration_s, config.duration_s, partial(_status, key, tally)
                 )
             )
-            # Each level starts its own share of the questions: a question an earlier level
-            # asked would be answered from the prefix cache and flatter the later level.
-            start = index * (len(questions) // len(levels))
-            asked = [*questions[start:], *questions[:start]]
+            asked = level_questions(questions, index, len(levels))
             try:
                 if kind == "rate":
                     run = await run_open_loop(clients, config, asked, level, count)

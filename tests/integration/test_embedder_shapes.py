@@ -1,7 +1,8 @@
 """The real MiniLM embedder pads token lengths into buckets: the model only ever runs the
 bucketed shapes, `warm_up()` has run those up to 96 tokens, and embedding queries of many
 new lengths (up to ~90 tokens) leaves the process's memory where warm-up put it (unpadded, each new length kept about
-2.5 MiB of native memory here: docs/benchmarks/embed-shape-buckets.json)."""
+2.5 MiB of native memory here: docs/benchmarks/embed-shape-buckets.json, removed with its
+benchmark, last at 51f22ed)."""
 
 from __future__ import annotations
 

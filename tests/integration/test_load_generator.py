@@ -19,13 +19,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from eval.commands.main import build_parser, main
 from eval.lib.latency_stats import RequestRecord
-from eval.lib.load_engine import (
-    DedicatedClients,
-    LoadConfig,
-    poisson_arrivals,
-    read_questions,
-    run_open_loop,
-)
+from eval.lib.load_engine import DedicatedClients, LoadConfig, poisson_arrivals, run_open_loop
+from eval.lib.questions import read_load_questions
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -241,7 +236,7 @@ async def test_requests_are_bounded_in_time_and_number_and_go_only_to_the_url(
     service: tuple[str, ServerLog], tmp_path: Path
 ) -> None:
     url, log = service
-    questions = read_questions(_questions(tmp_path, ("hang",)))
+    questions = read_load_questions(_questions(tmp_path, ("hang",)))
     config = LoadConfig(url=url, duration_s=0.5, request_timeout_s=0.3, max_in_flight=2)
     planned = poisson_arrivals(40.0, config.duration_s, config.arrival_seed)
     assert sum(t < config.request_timeout_s for t in planned) > 2, "the cap must be reached"

@@ -13,13 +13,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
 from eval.lib.latency_stats import RequestRecord
-from eval.lib.load_engine import (
-    DedicatedClients,
-    LoadConfig,
-    LoadQuestion,
-    RequestSlot,
-    send_request,
-)
+from eval.lib.load_engine import DedicatedClients, LoadConfig, RequestSlot, send_request
+from eval.lib.questions import Question
 from tests.support import serve_in_thread
 
 pytestmark = pytest.mark.integration
@@ -94,7 +89,7 @@ async def _ask(
     )
     clients = DedicatedClients(config)
     try:
-        slot = RequestSlot(LoadQuestion("q1", question), 0.0, rate_rps=1.0)
+        slot = RequestSlot(Question("q1", question), 0.0, rate_rps=1.0)
         return await send_request(clients, config, slot)
     finally:
         await clients.aclose()

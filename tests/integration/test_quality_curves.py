@@ -9,7 +9,7 @@ import json
 import pytest
 
 from eval.calibrate.quality_curves import curves, measure
-from eval.commands.answers import Question
+from eval.lib.questions import Question
 from retrieval.index.builder import build_index
 from retrieval.retriever import Retriever
 from tests.fakes.hash_embedder import HashEmbedder

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.commands.answers import AnswerRecord, Question, read_questions, score_answers
-from eval.lib.squad_metrics import (
+from eval.commands.answers import AnswerRecord, score_answers
+from eval.lib.metrics import (
     abstains,
     answer_recall,
     citation_precision,
@@ -19,6 +19,7 @@ from eval.lib.squad_metrics import (
     f1,
     normalize_answer,
 )
+from eval.lib.questions import Question, read_questions
 from retrieval.errors import CorpusFormatError
 
 

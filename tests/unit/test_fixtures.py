@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.commands.answers import read_questions
+from eval.lib.questions import read_questions
 from retrieval.corpus import read_corpus
 from tests.scifact import CORPUS, load_subset
 from tests.support import FIXTURES, SQUAD_PASSAGES, SQUAD_QUESTIONS

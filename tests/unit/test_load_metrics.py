@@ -21,7 +21,8 @@ from eval.lib.latency_stats import (
     stage_p50_ms,
     sweep_metrics,
 )
-from eval.lib.load_engine import poisson_arrivals, read_questions
+from eval.lib.load_engine import poisson_arrivals
+from eval.lib.questions import read_load_questions
 
 
 def ok(ttft_ms: float, **fields: Any) -> RequestRecord:
@@ -172,16 +173,16 @@ def test_questions_in_both_layouts(tmp_path: Path) -> None:
     )
     beir = tmp_path / "beir.jsonl"
     beir.write_text('{"_id": "0", "text": "Claim one."}\n{"text": "No id."}\n')
-    assert [(q.question_id, q.text) for q in read_questions(squad)] == [
+    assert [(q.question_id, q.question) for q in read_load_questions(squad)] == [
         ("a", "Who?"),
         ("b", "Why?"),
     ]
-    assert [(q.question_id, q.text) for q in read_questions(beir)] == [
+    assert [(q.question_id, q.question) for q in read_load_questions(beir)] == [
         ("0", "Claim one."),
         ("2", "No id."),
     ]
     many = tmp_path / "many.jsonl"
     many.write_text("".join(json.dumps({"_id": str(i), "text": f"q{i}"}) + "\n" for i in range(20)))
-    shuffled = [q.question_id for q in read_questions(many, shuffle_seed=1)]
-    assert shuffled == [q.question_id for q in read_questions(many, shuffle_seed=1)]
+    shuffled = [q.question_id for q in read_load_questions(many, shuffle_seed=1)]
+    assert shuffled == [q.question_id for q in read_load_questions(many, shuffle_seed=1)]
     assert sorted(shuffled, key=int) == [str(i) for i in range(20)] != shuffled

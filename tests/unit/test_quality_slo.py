@@ -1,4 +1,4 @@
-"""Quality within the SLO (eval/bench/quality_slo.py) and the benchmark's arrivals and workload
+"""Quality within the SLO (eval/lib/metrics.py) and the benchmark's arrivals and workload
 (eval/bench/planner_quality_slo.py): what counts as right, late, refused, and how the planner is
 compared with the fixed configurations on the same arrivals."""
 
@@ -11,12 +11,14 @@ from typing import cast
 import pytest
 
 from eval.bench.planner_quality_slo import (
+    CONFIGURATIONS,
     build_parser,
-    level_questions,
     planned_arrivals,
     workload,
 )
-from eval.bench.quality_slo import (
+from eval.lib.latency_stats import RequestRecord, Status
+from eval.lib.load_engine import level_questions, poisson_arrivals
+from eval.lib.metrics import (
     Arrival,
     Gold,
     judge,
@@ -25,9 +27,8 @@ from eval.bench.quality_slo import (
     paired_gain,
     rate_comparison,
 )
-from eval.lib.latency_stats import RequestRecord, Status
-from eval.lib.load_engine import poisson_arrivals
 from eval.lib.splits import squad_articles
+from eval.lib.stack import service_environment
 
 SLO = 500.0
 GOLDS = {"a": Gold(("Denver Broncos",)), "r": Gold(("Paris",), removed=True)}
@@ -217,3 +218,21 @@ def test_the_command_line_names_configurations_and_refuses_unknown_ones() -> Non
         parser.parse_args(["--out", "x.json", "--rates", "1", "--configs", "deep"])
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x.json", "--rates", "0,1"])
+
+
+def test_each_service_gets_its_configuration_and_no_inherited_answer_setting() -> None:
+    base = {"PATH": "/bin", "ANSWER_SGLANG_WORKERS": "http://elsewhere", "ANSWER_TOP_K": "9"}
+    extra = {"ANSWER_DEVICE": "cpu"}
+    fixed = service_environment(base, CONFIGURATIONS["passages-3"].environment(), extra)
+    assert fixed == {
+        "PATH": "/bin",
+        "ANSWER_ANSWER_CACHE_TTL_S": "0",  # every answer measured is answered afresh
+        "ANSWER_PLANNER": "false",
+        "ANSWER_MODE": "passages",
+        "ANSWER_DEFAULT_TOP_K": "3",
+        "ANSWER_RERANKER_MODEL": "",
+        "ANSWER_DEVICE": "cpu",
+    }
+    planner = service_environment(base, CONFIGURATIONS["planner-per-query"].environment())
+    assert planner["ANSWER_PLANNER"] == "true"
+    assert planner["ANSWER_FORM_QUALITY"] == "per_query"

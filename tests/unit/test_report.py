@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval.commands.answers import AnswerRecord, Question, score_answers
+from eval.commands.answers import AnswerRecord, score_answers
 from eval.commands.main import main
 from eval.commands.report_inputs import Request, labels, stage_segments
 from eval.lib.latency_stats import LevelRun, RequestRecord, sweep_metrics
+from eval.lib.questions import Question
 from eval.lib.records import split
 from eval.lib.results import write_result
 
@@ -101,28 +102,6 @@ def _answers_file(path: Path, top_k: int) -> dict[str, Any]:
     return metrics
 
 
-def _prefix_file(path: Path) -> None:
-    variants = {"a_relevance": 400.0, "b_shared_prefix": 250.0}
-    requests = {name: [asdict(r) for r in _answer_records(6, t)] for name, t in variants.items()}
-    metrics = {
-        name: {
-            "cached_token_share": 0.2 if name == "a_relevance" else 0.6,
-            "ttft_ms": {"p50": t, "p90": t + 40, "p95": t + 45, "p99": t + 50},
-            "answer_recall": 0.5,
-            "exact_match": 0.5,
-            "f1": 0.5,
-            "ok": 5,
-            "errored": 1,
-            "per_worker": {"worker0": {}},
-            "wall_s": 3.0,
-        }
-        for name, t in variants.items()
-    }
-    write_result(
-        path, "prefix-reuse-bench", {"top_k": 5}, {"requests": 12}, metrics, {"requests": requests}
-    )
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("results")
@@ -133,7 +112,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _load_file(folder / "load-b.json", 400.0, 3.0)
     _answers_file(folder / "answers-k3.json", 3)
     _answers_file(folder / "answers-k8.json", 8)
-    _prefix_file(folder / "prefix.json")
     return {
         "retrieval": RESULTS / "scifact-train-retrieval.json",
         "retrieval20": folder / "retrieval-depth20.json",
@@ -141,7 +119,6 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "load_b": folder / "load-b.json",
         "answers_k3": folder / "answers-k3.json",
         "answers_k8": folder / "answers-k8.json",
-        "prefix": folder / "prefix.json",
         "stage_costs": RESULTS / "stage-costs.json",
     }
 
@@ -176,7 +153,6 @@ def test_report_mentions_every_file_and_its_plots_are_pngs(
         "load-a-latency.png",
         "load-b-latency.png",
         "answers-k3-latency.png",
-        "prefix-latency.png",
         "load-a-stages.png",
         "load-b-stages.png",
         "slo-attainment.png",
@@ -237,7 +213,7 @@ def test_a_committed_summary_reports_with_its_records_beside_it(
     whole, summaries = tmp_path / "whole", tmp_path / "summaries"
     for folder in (whole, summaries):
         folder.mkdir()
-        for name in ("load_a", "answers_k3", "prefix"):
+        for name in ("load_a", "answers_k3"):
             (folder / inputs[name].name).write_bytes(inputs[name].read_bytes())
     for path in summaries.iterdir():
         assert split(path) is not None
