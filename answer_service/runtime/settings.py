@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,9 +23,67 @@ from retrieval.rerank.base import DEFAULT_RERANKER
 from retrieval.search.base import registered_modes
 
 DEFAULT_SGLANG_PORT = 30000
-# auto (GPU 0 where torch sees one, else the CPU), cpu, cuda (GPU 0) or cuda:N.
-Device = Annotated[str, Field(pattern=r"^(auto|cpu|cuda(:[0-9]+)?)$")]
-GpuShare = Annotated[float, Field(ge=0.0, lt=1.0)]
+DEVICE_PATTERN = r"^(auto|cpu|cuda(:[0-9]+)?)$"
+Device = Annotated[str, Field(pattern=DEVICE_PATTERN)]
+PLACED_PARTS = ("embedder", "reranker", "index", "sglang")
+# Each of the service's models' share of its GPU's memory unless `placement` says otherwise.
+DEFAULT_GPU_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class PartPlacement:
+    """One part's entry of `placement`: its device and, on a GPU, its share of that GPU's
+    memory (None: the part's default)."""
+
+    device: str
+    gpu_share: float | None = None
+
+
+def parse_placement(text: str) -> dict[str, PartPlacement]:
+    """`embedder=cuda:1@0.02,index=cpu` -> each part's entry; refuses what it cannot place."""
+    parts: dict[str, PartPlacement] = {}
+    for item in (item.strip() for item in text.split(",")):
+        if not item:
+            continue
+        part, sep, where = item.partition("=")
+        device, at, share = where.strip().partition("@")
+        part, device = part.strip(), device.strip()
+        if not sep or part not in PLACED_PARTS:
+            raise ValueError(
+                f"placement {item!r} is not PART=DEVICE[@SHARE], PART one of {PLACED_PARTS}"
+            )
+        if not re.match(DEVICE_PATTERN, device):
+            raise ValueError(f"placement {item!r}: {device!r} is not auto, cpu, cuda or cuda:N")
+        gpu_share = float(share) if at else None
+        if gpu_share is not None and not 0.0 <= gpu_share < 1.0:
+            raise ValueError(f"placement {item!r}: a GPU share is between 0 and 1")
+        if part in parts:
+            raise ValueError(f"placement names {part} twice")
+        parts[part] = PartPlacement(device, gpu_share)
+    return parts
+
+
+# Settings that went, each with what took its place (README.md, "Changelog"). Set in the
+# environment (where an unknown `ANSWER_` variable is otherwise ignored) or passed in, one is
+# refused with its replacement rather than quietly left without effect.
+REMOVED: dict[str, str] = {
+    "embedder_device": "placement: embedder=DEVICE",
+    "reranker_device": "placement: reranker=DEVICE",
+    "index_device": "placement: index=DEVICE",
+    "embedder_gpu_memory_fraction": "placement: embedder=DEVICE@SHARE",
+    "reranker_gpu_memory_fraction": "placement: reranker=DEVICE@SHARE",
+    "index_gpu_memory_fraction": "placement: index=DEVICE@SHARE",
+    "sglang_device": "placement: sglang=DEVICE",
+    "sglang_gpu": "placement: sglang=cuda:N",
+    "sglang_mem_fraction_static": "placement: sglang=DEVICE@SHARE",
+}
+
+
+def refuse_removed(names: Iterable[str]) -> None:
+    gone = sorted(set(names) & REMOVED.keys())
+    if gone:
+        reasons = "; ".join(f"{name} was removed, use {REMOVED[name]}" for name in gone)
+        raise ValueError(f"{reasons} (README.md, Changelog)")
 
 
 def default_cache_dir() -> Path:
@@ -39,16 +101,17 @@ class Settings(BaseSettings):
     index_watch_s: float = Field(default=0.0, ge=0.0)
 
     embedder_model: str = DEFAULT_EMBEDDER
-    # Where the embedder, reranker and index run, unless their own device says otherwise, and
-    # each one's share of its GPU's memory (answer_service/runtime/placement.py; the start-up
-    # log says where each landed). `answer-service sglang up` leaves that room on SGLang's GPU.
+    # Where the embedder, reranker and index run: auto (GPU 0 where torch sees one, else the
+    # CPU), cpu, cuda (GPU 0) or cuda:N (answer_service/runtime/placement.py; the start-up log
+    # says where each landed).
     device: Device = "auto"
-    embedder_device: Device | None = None
-    reranker_device: Device | None = None
-    index_device: Device | None = None
-    embedder_gpu_memory_fraction: GpuShare = 0.05
-    reranker_gpu_memory_fraction: GpuShare = 0.05
-    index_gpu_memory_fraction: GpuShare = 0.05
+    # Any part elsewhere, with its share of its GPU's memory: `part=device[@share]`, comma-
+    # separated, parts `embedder`, `reranker`, `index` (default: `device`, 0.05 of a GPU each)
+    # and `sglang`, for `answer-service sglang up` (auto: the GPUs nvidia-smi lists, else the
+    # CPU; cuda:N: worker i on GPU N + i; the share: SGLang's --mem-fraction-static, default
+    # SGLang's own less the service's models on the same GPU). E.g. `embedder=cuda:1@0.02,
+    # index=cpu,sglang=cuda:1@0.6`.
+    placement: Annotated[dict[str, PartPlacement], NoDecode] = Field(default_factory=dict)
     retrieval_workers: int = Field(default=2, ge=1, le=64)
     # A registered search mode (retrieval/search/modes.py): dense, lexical, or hybrid (the
     # reciprocal-rank fusion of dense and BM25 lists); an index without BM25 serves dense.
@@ -67,12 +130,6 @@ class Settings(BaseSettings):
     reranker_max_tokens: int = Field(default=256, ge=16, le=512)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
-    # `answer-service sglang up`: where its workers run (auto: the GPUs nvidia-smi lists, else
-    # the CPU), the first one's GPU (worker i on sglang_gpu + i), and their share of it (None:
-    # SGLang's own, less the service's models on the same GPU).
-    sglang_device: Literal["auto", "cpu", "cuda"] = "auto"
-    sglang_gpu: int = Field(default=0, ge=0)
-    sglang_mem_fraction_static: float | None = Field(default=None, gt=0.0, lt=1.0)
     # Several SGLang workers the service routes over itself (JSON list or comma-separated),
     # instead of `sglang_url`: `prefix` sends a prompt where its passages were sent before
     # (generation/prefix_routing.py), `round_robin` ignores the cache.
@@ -247,6 +304,27 @@ class Settings(BaseSettings):
         if value not in registered_modes():
             raise ValueError(f"retrieval_mode {value!r} is not one of {registered_modes()}")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _none_removed(cls, data: object) -> object:
+        environment = (k.lower().removeprefix("answer_") for k in os.environ)
+        refuse_removed([*(data if isinstance(data, dict) else ()), *environment])
+        return data
+
+    @field_validator("placement", mode="before")
+    @classmethod
+    def _placement(cls, value: object) -> object:
+        return parse_placement(value) if isinstance(value, str) else value
+
+    def placed(self, part: str) -> PartPlacement:
+        """Where `part` was asked to run, defaults filled in (sglang's share may stay None)."""
+        asked = self.placement.get(part)
+        if part == "sglang":
+            return asked or PartPlacement("auto")
+        device = asked.device if asked else self.device
+        share = asked.gpu_share if asked and asked.gpu_share is not None else DEFAULT_GPU_SHARE
+        return PartPlacement(device, share)
 
     @field_validator("planner_rerank_depths", mode="before")
     @classmethod

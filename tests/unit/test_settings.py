@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
-from answer_service.runtime.settings import Settings
+from answer_service.runtime.settings import REMOVED, Settings
 
 
 @pytest.mark.parametrize("value", ["", "none", "None"])
@@ -85,3 +85,23 @@ def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -
         Settings(api_keys_file=path)
     served = {"gold": 2.0, "standard": 1.0}
     assert Settings(api_keys_file=path, tier_weights=served).api_keys_file == path
+
+
+def test_a_removed_setting_is_refused_with_its_replacement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unknown `ANSWER_` variable is ignored by pydantic-settings: one that used to be a
+    setting would leave a deployment quietly without it."""
+    monkeypatch.setenv("ANSWER_SGLANG_GPU", "1")
+    with pytest.raises(ValidationError, match=r"sglang_gpu was removed, use placement: sglang="):
+        Settings()
+    monkeypatch.delenv("ANSWER_SGLANG_GPU")
+    with pytest.raises(ValidationError, match="index_device was removed"):
+        Settings(index_device="cpu")  # type: ignore[call-arg]
+
+
+def test_every_removed_setting_is_in_the_readme_changelog() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    changelog = readme.split("## Changelog", 1)[1]
+    missing = [name for name in REMOVED if f"ANSWER_{name.upper()}" not in changelog]
+    assert not missing
