@@ -25,7 +25,6 @@ from answer_service.runtime.configs import (
     pipeline_config,
     reranker_config,
     scorer_weights,
-    search_config,
 )
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.index_watch import IndexWatcher
@@ -267,10 +266,8 @@ class Components:
             embedder,
             device=index.device,
             index_max_gpu_bytes=share_bytes,
-            search=search_config(settings),
             scorer=scorer_weights(settings),
             reader=self._sentence_reader(),
-            max_workers=settings.retrieval_workers,
         )
 
     def _sentence_reader(self) -> tuple[SentenceReader, ReadMix] | None:

@@ -76,6 +76,13 @@ REMOVED: dict[str, str] = {
     "sglang_device": "placement: sglang=DEVICE",
     "sglang_gpu": "placement: sglang=cuda:N",
     "sglang_mem_fraction_static": "placement: sglang=DEVICE@SHARE",
+    "retrieval_workers": "none: 2 threads, as retrieval.Retriever.open sets",
+    "rrf_k": "none: 60, retrieval.search.fusion.FusionConfig's",
+    "dense_weight": "none: 1, retrieval.search.fusion.FusionConfig's",
+    "lexical_weight": "none: 1, retrieval.search.fusion.FusionConfig's",
+    "search_nprobe": "none: 16, answer_service.runtime.configs.SEARCH_DEPTH",
+    "search_ef_search": "none: 64, answer_service.runtime.configs.SEARCH_DEPTH",
+    "reranker_max_tokens": "none: 256, retrieval.rerank.base.RerankerConfig's",
 }
 
 
@@ -112,22 +119,14 @@ class Settings(BaseSettings):
     # SGLang's own less the service's models on the same GPU). E.g. `embedder=cuda:1@0.02,
     # index=cpu,sglang=cuda:1@0.6`.
     placement: Annotated[dict[str, PartPlacement], NoDecode] = Field(default_factory=dict)
-    retrieval_workers: int = Field(default=2, ge=1, le=64)
     # A registered search mode (retrieval/search/modes.py): dense, lexical, or hybrid (the
     # reciprocal-rank fusion of dense and BM25 lists); an index without BM25 serves dense.
     retrieval_mode: str = "hybrid"
-    rrf_k: int = Field(default=60, ge=0)
-    dense_weight: float = Field(default=1.0, ge=0.0)
-    lexical_weight: float = Field(default=1.0, ge=0.0)
-    # Default per-query depth of an approximate index (ignored by exact search).
-    search_nprobe: int = Field(default=16, ge=1)
-    search_ef_search: int = Field(default=64, ge=1)
     # A sentence-transformers CrossEncoder by hub id or folder; None turns the stage off.
     # Loaded in the background after warm-up; where it cannot load, the service says so once
     # and answers without it.
     reranker_model: str | None = DEFAULT_RERANKER
     rerank_candidates: int = Field(default=20, ge=1, le=200)
-    reranker_max_tokens: int = Field(default=256, ge=16, le=512)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
     # Several SGLang workers the service routes over itself (JSON list or comma-separated),
