@@ -20,6 +20,8 @@ from answer_service.pipeline.runner import AnswerPipeline, PipelineConfig
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
 from answer_service.runtime.calibration import calibrate, calibrate_rerank
 from answer_service.runtime.configs import (
+    SHIPPED,
+    Experiment,
     calibration_config,
     embedder_config,
     pipeline_config,
@@ -80,6 +82,8 @@ class Components:
     fleet: FleetArrivals | None = None
     # API keys (None: none asked for), their rate limits and open answers.
     keys: KeyRing | None = None
+    # What an eval command varies in-process; the service runs the shipped one.
+    experiment: Experiment = SHIPPED
     rate_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
     streams: StreamCounts = field(default_factory=StreamCounts)
     retriever: Retriever | None = None
@@ -104,7 +108,7 @@ class Components:
     _keys_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
-    def create(cls, settings: Settings) -> Components:
+    def create(cls, settings: Settings, experiment: Experiment = SHIPPED) -> Components:
         http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             timeout=httpx.Timeout(10.0),
@@ -141,6 +145,7 @@ class Components:
             fleet=FleetArrivals(redis) if redis is not None else None,
             keys=keys,
             rate_limiter=RateLimiter(redis),
+            experiment=experiment,
         )
 
     async def redis_status(self) -> str:
@@ -201,7 +206,7 @@ class Components:
         await asyncio.to_thread(template.warm_up)
         if settings.gc_freeze:  # before it is ready: the full collection stalls everything
             await asyncio.to_thread(freeze_heap, collect=True)
-        config = pipeline_config(settings, self.served_model)
+        config = pipeline_config(settings, self.served_model, self.experiment)
         pipeline = AnswerPipeline(
             self.retriever,
             template,
@@ -312,7 +317,7 @@ class Components:
     def _serve(self, retriever: Retriever) -> None:
         self.retriever = retriever
         if self.pipeline is not None:
-            config = pipeline_config(self.settings, self.served_model)
+            config = pipeline_config(self.settings, self.served_model, self.experiment)
             self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
 
     def _store(self, namespace: str, ttl_s: float) -> SharedCache:

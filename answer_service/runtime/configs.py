@@ -1,8 +1,14 @@
 """The one place the settings become the small configs each part is given: the pipeline's
 (retrieval, prompt, generation, citations, planning), the retriever's search, the reranker's
-and the embedder's. Nothing below `answer_service/runtime` reads the settings."""
+and the embedder's. Nothing below `answer_service/runtime` reads the settings.
+
+`Experiment` holds what the service fixes at what was measured best and an eval command varies
+in-process (`Components.create(settings, experiment)`); no environment variable reaches it."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from answer_service.pipeline.answer_stream import CitationConfig
 from answer_service.pipeline.forms import FormConfig, read_form_choice, read_form_curves
@@ -13,6 +19,7 @@ from answer_service.pipeline.runner import PipelineConfig
 from answer_service.runtime.calibration import CalibrationConfig
 from answer_service.runtime.settings import Settings
 from budget.forms import FormQuality
+from generation.prefix_order import PromptLayout
 from generation.stages import PromptConfig
 from retrieval.embedder import EmbedderConfig
 from retrieval.index.ann import SearchDepth
@@ -28,8 +35,44 @@ from retrieval.sentences.scorer import ScorerWeights
 SEARCH_DEPTH = SearchDepth(nprobe=16, ef_search=64)
 
 
-def pipeline_config(settings: Settings, served_model: str | None) -> PipelineConfig:
-    slack = settings.prompt_cache_slack if settings.prompt_layout == "cache_aware" else 0
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """What the eval commands vary and the service holds at its defaults (each measured in
+    docs/answers.md or docs/prefix-reuse.md)."""
+
+    # Passage order: cache_aware continues the prefix SGLang most likely holds
+    # (generation/prefix_order.py); `python -m eval.bench.prefix_reuse` compares the layouts.
+    prompt_layout: PromptLayout = "cache_aware"
+    # cache_aware only: places that may go to passages ranked just below top_k (slack), or to
+    # passages another question put on a remembered prefix (adopt); neither paid for itself.
+    prompt_cache_slack: int = 0
+    prompt_cache_adopt: int = 0
+    # The worked question and answer before the question: a small model copies its short,
+    # cited answer (docs/answers.md).
+    prompt_example: bool = True
+    # SGLang's penalties: a frequency penalty of 0.3 cut the loops the guard stopped but cost
+    # answer recall (docs/answers.md), so none.
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    # Per generated form, the logit bias on the prompt's passage tokens: whole passages only,
+    # where it raised recall; it made focused excerpts' answers worse (docs/answers.md).
+    copy_bias: Mapping[str, float] = field(default_factory=lambda: {"passages": 4.0})
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.copy_bias) - {"focused", "passages"})
+        if unknown:
+            raise ValueError(f"copy_bias is per generated form (focused, passages), not {unknown}")
+        if any(not 0.0 <= bias <= 10.0 for bias in self.copy_bias.values()):
+            raise ValueError("copy_bias values must be between 0 and 10")
+
+
+SHIPPED = Experiment()
+
+
+def pipeline_config(
+    settings: Settings, served_model: str | None, experiment: Experiment = SHIPPED
+) -> PipelineConfig:
+    slack = experiment.prompt_cache_slack if experiment.prompt_layout == "cache_aware" else 0
     return PipelineConfig(
         generation=GenerationConfig(
             served_model=served_model or "unknown",
@@ -37,9 +80,9 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
             temperature=settings.temperature,
             next_token_timeout_s=settings.next_token_timeout_s,
             sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
-            frequency_penalty=settings.frequency_penalty,
-            repetition_penalty=settings.repetition_penalty,
-            copy_bias=settings.copy_bias,
+            frequency_penalty=experiment.frequency_penalty,
+            repetition_penalty=experiment.repetition_penalty,
+            copy_bias=experiment.copy_bias,
         ),
         retrieval=RetrievalConfig(
             floor_ms=settings.retrieval_floor_ms,
@@ -49,11 +92,11 @@ def pipeline_config(settings: Settings, served_model: str | None) -> PipelineCon
         ),
         prompt=PromptConfig(
             max_prompt_tokens=settings.max_prompt_tokens,
-            layout=settings.prompt_layout,
-            slack=settings.prompt_cache_slack,
-            adopt=settings.prompt_cache_adopt,
-            example=settings.prompt_example,
-            vocabulary=any(settings.copy_bias.values()),
+            layout=experiment.prompt_layout,
+            slack=experiment.prompt_cache_slack,
+            adopt=experiment.prompt_cache_adopt,
+            example=experiment.prompt_example,
+            vocabulary=any(experiment.copy_bias.values()),
         ),
         citations=CitationConfig(
             threshold=settings.citation_threshold,

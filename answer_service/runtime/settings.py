@@ -83,6 +83,13 @@ REMOVED: dict[str, str] = {
     "search_nprobe": "none: 16, answer_service.runtime.configs.SEARCH_DEPTH",
     "search_ef_search": "none: 64, answer_service.runtime.configs.SEARCH_DEPTH",
     "reranker_max_tokens": "none: 256, retrieval.rerank.base.RerankerConfig's",
+    "prompt_layout": "none: cache_aware; eval: Experiment.prompt_layout",
+    "prompt_cache_slack": "none: 0; eval: Experiment.prompt_cache_slack",
+    "prompt_cache_adopt": "none: 0; eval: Experiment.prompt_cache_adopt",
+    "prompt_example": "none: on; eval: Experiment.prompt_example",
+    "frequency_penalty": "none: 0; eval: Experiment.frequency_penalty",
+    "repetition_penalty": "none: 1; eval: Experiment.repetition_penalty",
+    "copy_bias": 'none: {"passages": 4}; eval: Experiment.copy_bias',
 }
 
 
@@ -138,29 +145,8 @@ class Settings(BaseSettings):
     # SGLang reports it (a local folder or a hub id).
     tokenizer: str | None = None
     max_prompt_tokens: int = Field(default=1800, ge=64)
-    # Passage order in the prompt: cache_aware continues the prefix SGLang most likely holds
-    # (see generation/prefix_order.py); relevance keeps the retrieval order.
-    prompt_layout: Literal["relevance", "stable", "cache_aware"] = "cache_aware"
-    # cache_aware only: up to this many of the last places may go to passages ranked just
-    # below top_k when they continue a cached prefix (0: reorder only, never substitute).
-    prompt_cache_slack: int = Field(default=0, ge=0, le=20)
-    # cache_aware only: up to this many places may go to passages another question's prompt
-    # put on a remembered prefix ahead of this prompt's own (0: only the ranking's own).
-    prompt_cache_adopt: int = Field(default=0, ge=0, le=20)
-    # A worked question and answer between the system prompt and the question: a small model
-    # copies the short, cited answer it is shown (docs/answers.md); in the cached prefix.
-    prompt_example: bool = True
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    # SGLang's sampling penalties on what the model already said (0 and 1: none); the loop
-    # guard stops a degenerate answer either way (docs/answers.md measures both).
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
-    # Per generated form (`focused`, `passages`): added to the logits of the tokens the
-    # prompt's passages are made of (and the end of the answer), so a small model keeps to the
-    # passages' words; a form not named gets none. Whole passages only, by measurement
-    # (docs/answers.md): it made the focused excerpts' answers worse.
-    copy_bias: dict[str, float] = Field(default_factory=lambda: {"passages": 4.0})
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)
@@ -344,16 +330,6 @@ class Settings(BaseSettings):
     def _readable_curves(cls, value: Path | None) -> Path | None:
         if value is not None:
             read_quality_curves(value)  # a bad file fails at start-up, with its reason
-        return value
-
-    @field_validator("copy_bias")
-    @classmethod
-    def _copy_bias_per_generated_form(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - {"focused", "passages"})
-        if unknown:
-            raise ValueError(f"copy_bias is per generated form (focused, passages), not {unknown}")
-        if any(not 0.0 <= bias <= 10.0 for bias in value.values()):
-            raise ValueError("copy_bias values must be between 0 and 10")
         return value
 
     @field_validator("tier_weights")

@@ -13,13 +13,13 @@ gets `--top-k` passages), `--concurrency` requests at a time, from a flushed cac
 - `a_relevance`: one worker, passages in retrieval order.
 - `b_cache_aware`: one worker, the cache-aware layout (`generation/prefix_order.py`).
 - `b_cache_aware_slack2`: (b), and passages ranked 6th-7th may take the last two of the five
-  places when they continue a cached prefix (`ANSWER_PROMPT_CACHE_SLACK=2`).
+  places when they continue a cached prefix (`Experiment.prompt_cache_slack=2`).
 - `c_router_cache_aware`: (b) over two workers behind sglang-router's `cache_aware` policy.
 - `c_router_round_robin`: (b) over two workers behind sglang-router's `round_robin`.
 - `c_service_prefix`: (b) over two workers, routed by the service itself by passage prefix.
 - `b_cache_aware_adopt2`: (b), and up to two places may go to passages of a remembered prefix
   that another question retrieved, so that a set sharing passages with an earlier prompt but
-  not its first one is still read from the cache (`ANSWER_PROMPT_CACHE_ADOPT=2`).
+  not its first one is still read from the cache (`Experiment.prompt_cache_adopt=2`).
 - `c_router_cache_aware_adopt2`, `c_router_round_robin_adopt2`: that layout over two workers
   behind sglang-router, `cache_aware` against `round_robin`.
 
@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from answer_service.runtime.configs import Experiment
 from answer_service.runtime.settings import Settings
 from eval.commands.answers import (
     AnswerRecord,
@@ -257,15 +258,17 @@ async def _answer_all(
         # Layouts compared on the same work: the planner would give fewer passages to the
         # layout whose prompts it expects to find less cached.
         planner=False,
-        prompt_layout=variant.layout,
-        prompt_cache_slack=variant.cache_slack,
-        prompt_cache_adopt=variant.cache_adopt,
         max_new_tokens=args.max_new_tokens,
         default_ttft_budget_ms=args.ttft_budget_ms,
     )
+    experiment = Experiment(
+        prompt_layout=variant.layout,
+        prompt_cache_slack=variant.cache_slack,
+        prompt_cache_adopt=variant.cache_adopt,
+    )
     checkpoint = RunCheckpoint(scratch / f"{variant.name}.json", {"variant": variant.name})
     try:
-        async with in_process_answering(settings) as source:
+        async with in_process_answering(settings, experiment) as source:
             return await collect_answers(
                 source,
                 [item.question for item in items],

@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from answer_service.runtime.configs import Experiment
 from answer_service.runtime.settings import Settings
 from eval.calibrate.form_curves import sample
 from eval.commands.answers import Ask, in_process_answering, score_answers
@@ -54,6 +57,15 @@ def parse_variant(spec: str) -> tuple[str, str, int, dict[str, Any]]:
     return name, form, int(size), settings
 
 
+def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], Experiment]:
+    """A variant's KEY=VALUEs: the service's settings, and the experiment's knobs (the ones
+    the service holds fixed, `answer_service.runtime.configs.Experiment`), read as pydantic
+    reads a setting (`false`, `0.3`)."""
+    knobs = {key: overrides[key] for key in overrides if key in Experiment.__dataclass_fields__}
+    settings = {key: value for key, value in overrides.items() if key not in knobs}
+    return settings, TypeAdapter(Experiment).validate_python(knobs)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     questions = sample(args.sample, args.seed)
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
@@ -61,6 +73,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     variants: dict[str, Any] = {}
     for spec in args.variant:
         name, form, size, overrides = parse_variant(spec)
+        setting_overrides, experiment = split_overrides(overrides)
         settings = Settings(
             index_dir=index,
             sglang_url=args.sglang_url,
@@ -68,10 +81,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             abstain_below=0.0,
             answer_cache_ttl_s=0,
             reranker_model=None,
-            **overrides,
+            **setting_overrides,
         )
         records = []
-        async with in_process_answering(settings) as source:
+        async with in_process_answering(settings, experiment) as source:
             for question in questions:
                 records.append(await source.answer(question, Ask(60_000, size, form)))  # type: ignore[arg-type]
         metrics = score_answers(questions, records)

@@ -93,6 +93,6 @@ def test_both_answer_routes_send_turn_markers_as_text(
     assert answer.status_code == 200, answer.text
     assert chat.status_code == 200, chat.text
     assert len(state.requests) == 2
-    # The service sends the worked example by default (ANSWER_PROMPT_EXAMPLE).
+    # The service sends the worked example (Experiment.prompt_example, answer_service/runtime/configs.py).
     for request in state.requests:
         assert _special_tokens(tokenizer, request["text"]) == TURNS_WITH_EXAMPLE

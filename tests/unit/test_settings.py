@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from answer_service.runtime.configs import SHIPPED, Experiment, pipeline_config
 from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
 from answer_service.runtime.settings import REMOVED, Settings
 
@@ -36,16 +37,15 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
-def test_the_copy_bias_is_read_per_generated_form(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().copy_bias == {"passages": 4.0}  # whole passages only, by measurement
-    monkeypatch.setenv("ANSWER_COPY_BIAS", '{"focused": 2}')
-    assert Settings().copy_bias == {"focused": 2.0}
-    monkeypatch.setenv("ANSWER_COPY_BIAS", "{}")
-    assert Settings().copy_bias == {}
-    with pytest.raises(ValidationError, match=r"per generated form .* not \['quote'\]"):
-        Settings(copy_bias={"quote": 1.0})
-    with pytest.raises(ValidationError, match="between 0 and 10"):
-        Settings(copy_bias={"focused": -1.0})
+def test_the_copy_bias_is_per_generated_form() -> None:
+    """An eval's knob, the service's fixed: whole passages only, by measurement."""
+    assert SHIPPED.copy_bias == {"passages": 4.0}
+    assert pipeline_config(Settings(), "m").generation.copy_bias == {"passages": 4.0}
+    assert pipeline_config(Settings(), "m", Experiment(copy_bias={})).prompt.vocabulary is False
+    with pytest.raises(ValueError, match=r"per generated form .* not \['quote'\]"):
+        Experiment(copy_bias={"quote": 1.0})
+    with pytest.raises(ValueError, match="between 0 and 10"):
+        Experiment(copy_bias={"focused": -1.0})
 
 
 def test_planner_settings_are_validated(tmp_path: Path) -> None:
