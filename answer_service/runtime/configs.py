@@ -69,6 +69,15 @@ class Experiment:
 SHIPPED = Experiment()
 
 
+# Embedding and search get at least this long, whatever their slice of the plan: over ten
+# times their p95 on 2 cores (docs/retrieval.md#stage-costs), so a plan's misjudged slice
+# never cuts retrieval short.
+RETRIEVAL_FLOOR_MS = 250
+# The most generation slots the warm-up measures a worker for (1, 2, 4, ... prompts at once
+# while a doubling still raises throughput 1.25x; budget/concurrency.py).
+MAX_GENERATION_SLOTS = 16
+
+
 def pipeline_config(
     settings: Settings, served_model: str | None, experiment: Experiment = SHIPPED
 ) -> PipelineConfig:
@@ -85,7 +94,7 @@ def pipeline_config(
             copy_bias=experiment.copy_bias,
         ),
         retrieval=RetrievalConfig(
-            floor_ms=settings.retrieval_floor_ms,
+            floor_ms=RETRIEVAL_FLOOR_MS,
             mode=settings.retrieval_mode,
             depth=SEARCH_DEPTH,
             slack=slack,
@@ -121,15 +130,12 @@ def pipeline_config(
 
 
 def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
+    """The planner's; its depths, margins, admission quantile and burst window are
+    PlanningConfig's own, with their reasons in docs/planner.md."""
     return PlanningConfig(
-        enabled=settings.planner,
-        rerank_depths=tuple(settings.planner_rerank_depths),
+        enabled=settings.planner != "off",
         fixed_rerank_depth=settings.rerank_candidates,
         retrieve_slack=retrieve_slack,
-        margin_fraction=settings.planner_margin_fraction,
-        margin_ms=settings.planner_margin_ms,
-        admit_quantile=settings.planner_admit_quantile,
-        burst_window_s=settings.planner_burst_window_s,
         slots_per_worker=settings.generation_slots_per_worker or 1,
         tier_weights=tuple(settings.tier_weights.items()),
         default_tier=settings.default_tier,
@@ -153,11 +159,9 @@ def calibration_config(settings: Settings) -> CalibrationConfig:
     """The warm-up's stage timing: on with the planner unless switched off; it measures each
     worker's generation slots unless they are configured."""
     return CalibrationConfig(
-        enabled=settings.planner and settings.planner_calibrate,
+        enabled=settings.planner == "calibrated",
         mode=settings.retrieval_mode,
-        max_slots=settings.generation_slots_max
-        if settings.generation_slots_per_worker is None
-        else None,
+        max_slots=MAX_GENERATION_SLOTS if settings.generation_slots_per_worker is None else None,
     )
 
 

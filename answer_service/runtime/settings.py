@@ -90,7 +90,19 @@ REMOVED: dict[str, str] = {
     "frequency_penalty": "none: 0; eval: Experiment.frequency_penalty",
     "repetition_penalty": "none: 1; eval: Experiment.repetition_penalty",
     "copy_bias": 'none: {"passages": 4}; eval: Experiment.copy_bias',
+    "planner_calibrate": "planner: calibrated (true), priors (false)",
+    "planner_rerank_depths": "none: 0, 10 and 20 (PlanningConfig's)",
+    "planner_margin_fraction": "none: 0.1 (PlanningConfig's)",
+    "planner_margin_ms": "none: 50 (PlanningConfig's)",
+    "planner_admit_quantile": "none: 0.9 (PlanningConfig's)",
+    "planner_burst_window_s": "none: 5 (PlanningConfig's)",
+    "retrieval_floor_ms": "none: 250 (answer_service.runtime.configs.RETRIEVAL_FLOOR_MS)",
+    "generation_slots_max": "none: 16 (answer_service.runtime.configs.MAX_GENERATION_SLOTS)",
 }
+
+
+_BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True}
+_BOOLEAN_WORDS |= {"false": False, "0": False, "no": False, "off": False}
 
 
 def refuse_removed(names: Iterable[str]) -> None:
@@ -150,36 +162,21 @@ class Settings(BaseSettings):
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)
-    # Embedding and search get at least this long, whatever their slice of the plan says.
-    retrieval_floor_ms: int = Field(default=250, ge=1)
-    # The deadline planner (answer_service/pipeline/planning.py): per request, the rerank depth and the
-    # passages in the prompt that fit the TTFT budget, and refusal (503 + Retry-After) when
-    # nothing fits. Off: every request does `rerank_candidates` and `top_k` as configured.
-    planner: bool = True
-    planner_rerank_depths: Annotated[list[int], NoDecode] = Field(
-        default_factory=lambda: [0, 10, 20]
-    )
+    # The deadline planner (answer_service/pipeline/planning.py, docs/planner.md): per request,
+    # the rerank depth and the passages in the prompt that fit the TTFT budget, and refusal (503
+    # + Retry-After) when nothing fits; `calibrated` plans from each stage timed here at warm-up
+    # (embed, search, sentences, each worker's first token; answer_service/runtime/calibration.py),
+    # `priors` from the priors shipped in code; `off`: every request does `rerank_candidates`
+    # and `top_k` as configured. true and false read as calibrated and off.
+    planner: Literal["calibrated", "priors", "off"] = "calibrated"
     # Expected quality by rerank depth and passages (an `eval.calibrate.quality_curves` result); default:
     # the hybrid-order curve measured on SQuAD (answer_service/pipeline/planning.py).
     planner_quality_file: Path | None = None
-    # Held back from the time left: the models' misses.
-    planner_margin_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
-    planner_margin_ms: float = Field(default=50.0, ge=0.0)
-    # The latency quantile a request queued behind others is admitted on (plans are chosen on
-    # the p90): lower admits more of a burst, at some risk to the admitted ones' SLO.
-    planner_admit_quantile: float = Field(default=0.9, ge=0.5, lt=1.0)
-    # The arrival rate the planner sizes prefills by is the higher of the last 30 s's and the
-    # last `planner_burst_window_s`'s (30: the steady rate alone).
-    planner_burst_window_s: float = Field(default=5.0, gt=0.0, le=30.0)
-    # Time each stage at warm-up (embed, search, sentences, each worker's first token) and plan
-    # from those timings rather than the priors shipped in code (answer_service/runtime/calibration.py).
-    planner_calibrate: bool = True
     # Prompts each SGLang worker prefills at once; others wait by tenant tier. Unset: what
     # each worker was measured to batch at warm-up (1, 2, 4, ... prompts at once while a
-    # doubling still pays, at most `generation_slots_max`; answer_service/runtime/calibration.py),
-    # or 1 where the warm-up does not calibrate.
+    # doubling still pays, at most 16; answer_service/runtime/calibration.py), or 1 where the
+    # warm-up does not calibrate.
     generation_slots_per_worker: int | None = Field(default=None, ge=1, le=64)
-    generation_slots_max: int = Field(default=16, ge=1, le=64)
     # Requests that may wait for a worker's slots; more get 503 + Retry-After at once (the
     # planner's admission refuses earlier; with it off, this is the only bound).
     generation_queue_max: int = Field(default=DEFAULT_QUEUE_MAX, ge=0)
@@ -311,19 +308,15 @@ class Settings(BaseSettings):
         share = asked.gpu_share if asked and asked.gpu_share is not None else DEFAULT_GPU_SHARE
         return PartPlacement(device, share)
 
-    @field_validator("planner_rerank_depths", mode="before")
+    @field_validator("planner", mode="before")
     @classmethod
-    def _depths(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [int(depth) for depth in value.replace("[", "").replace("]", "").split(",")]
+    def _planner_on_or_off(cls, value: object) -> object:
+        """`ANSWER_PLANNER=true`/`false`, as before the planner had three ways."""
+        if isinstance(value, bool):
+            return "calibrated" if value else "off"
+        if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+            return "calibrated" if _BOOLEAN_WORDS[value.strip().lower()] else "off"
         return value
-
-    @field_validator("planner_rerank_depths")
-    @classmethod
-    def _with_zero(cls, value: list[int]) -> list[int]:
-        if 0 not in value or any(depth < 0 for depth in value):
-            raise ValueError("planner_rerank_depths must include 0 (no rerank) and no negatives")
-        return sorted(set(value))
 
     @field_validator("planner_quality_file")
     @classmethod

@@ -7,9 +7,9 @@ planner, side by side in one run, on the full stack (real SGLang on the CPU, Smo
 
 Configurations (each a separate `answer-service serve` with its own environment):
 - `deep`: 5 passages, `mid`: 3, `shallow`: 1 (`ANSWER_PLANNER=false`);
-- `planner`: `ANSWER_PLANNER=true`, up to 5 passages (admission quantile 0.9); `planner_q50`,
-  `_q60`, `_q75`: the same with `ANSWER_PLANNER_ADMIT_QUANTILE` at 0.5, 0.6, 0.75;
-  `planner_steady`: with `ANSWER_PLANNER_BURST_WINDOW_S=30` (the 30-s arrival rate alone).
+- `planner`: `ANSWER_PLANNER=true`, up to 5 passages (admission quantile 0.9). The
+  `planner_q50/_q60/_q75` and `planner_steady` variants went with the settings they set
+  (issue 39; README.md, Changelog): their results stay in docs/benchmarks/.
 No reranker weights can be had on these machines (../shared/notes/models-offline.md), so the
 default configurations do not rerank; `deep_rerank` and `planner_rerank` add a rerank of 20
 candidates with `--reranker` where a real one can be loaded.
@@ -115,19 +115,6 @@ CONFIGS = {
         ServiceConfig("mid", planner=False, passages=3, rerank_depth=0),
         ServiceConfig("shallow", planner=False, passages=1, rerank_depth=0),
         ServiceConfig("planner", planner=True, passages=5, rerank_depth=0),
-        # The planner admitting requests queued behind others on a lower latency quantile.
-        *(
-            ServiceConfig(
-                f"planner_q{round(q * 100)}",
-                True,
-                5,
-                0,
-                (("ANSWER_PLANNER_ADMIT_QUANTILE", str(q)),),
-            )
-            for q in (0.5, 0.6, 0.75)
-        ),
-        # The planner sizing prefills by the 30-s arrival rate alone (no burst window).
-        ServiceConfig("planner_steady", True, 5, 0, (("ANSWER_PLANNER_BURST_WINDOW_S", "30"),)),
         # Where a reranker with real weights can be loaded (--reranker), not on these machines:
         ServiceConfig("deep_rerank", planner=False, passages=5, rerank_depth=20),
         ServiceConfig("planner_rerank", planner=True, passages=5, rerank_depth=20),

@@ -9,8 +9,9 @@ Reads ../shared/data/squad-v1.1-open: a seeded sample of the planner-training pa
 committed split (eval/splits/squad.json, the sampler of eval.calibrate.form_curves), asked
 in-process one at a time with a roomy budget, the planner off (each variant is exactly its
 form and size), no abstention and no answer cache. A variant's KEY=VALUE pairs are settings
-(`answer_service/runtime/settings.py`), e.g. `prompt_example=false`, `frequency_penalty=0.3`,
-`unsupported=drop`, `copy_bias={"focused": 4}`. Per variant: `answer-eval`'s answer metrics;
+(`answer_service/runtime/settings.py`, e.g. `unsupported=drop`) or the knobs the service holds
+fixed (`Experiment` in `answer_service/runtime/configs.py`, e.g. `prompt_example=false`,
+`frequency_penalty=0.3`, `copy_bias={"focused": 4}`). Per variant: `answer-eval`'s answer metrics;
 per question: the answer and how generation ended, so variants can be compared question by
 question.
 """

@@ -113,7 +113,7 @@ SERVICE_DEFAULTS: dict[str, Any] = {
     # The planner starts from the priors shipped in code, which what these tests assert on the
     # planner was worked out against (and a fake SGLang has no timing worth calibrating to);
     # test_stage_calibration_service.py runs the warm-up calibration the service does by default.
-    "planner_calibrate": False,
+    "planner": "priors",
 }
 # What `tiny_service` adds: random weights seldom stop, so a few tokens bound every answer.
 TINY_ANSWERS: dict[str, Any] = {"max_new_tokens": 8}

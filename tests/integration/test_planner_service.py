@@ -299,7 +299,7 @@ def test_the_gate_is_read_on_the_event_loop_only(
         abstain_below=0,
         mode="passages",
         generation_slots_per_worker=2,
-        planner_calibrate=False,  # a fake SGLang's timing is no machine's
+        planner="priors",  # a fake SGLang's timing is no machine's
     )
     app = create_app(settings)
     where: list[str] = []

@@ -147,7 +147,7 @@ def test_a_reranker_that_attaches_is_timed_here_before_it_is_used(
     """The reranker loads after the service is ready; with calibration on, it is timed on this
     machine before requests are sent to it, so rerank depths are priced from what it costs here
     rather than from the 2-core constant."""
-    with tiny_service(planner_calibrate=True, reranker_model=str(fresh_cross_encoder)) as url:
+    with tiny_service(planner="calibrated", reranker_model=str(fresh_cross_encoder)) as url:
         assert _wait_for_reranker(url) == str(fresh_cross_encoder)
         stages = httpx.get(f"{url}/readyz").json()["calibrated_stages"]
         assert "rerank" in stages

@@ -49,9 +49,14 @@ def test_the_copy_bias_is_per_generated_form() -> None:
 
 
 def test_planner_settings_are_validated(tmp_path: Path) -> None:
-    assert Settings(planner_rerank_depths="0,20,10").planner_rerank_depths == [0, 10, 20]
-    with pytest.raises(ValidationError, match="must include 0"):
-        Settings(planner_rerank_depths="10,20")
+    assert Settings().planner == "calibrated"
+    assert [Settings(planner=v).planner for v in (True, False, "priors")] == [
+        "calibrated",
+        "off",
+        "priors",
+    ]
+    with pytest.raises(ValidationError, match="planner"):
+        Settings(planner="sometimes")
     with pytest.raises(ValidationError, match="default_tier 'gold' is not in tier_weights"):
         Settings(default_tier="gold")
     with pytest.raises(ValidationError, match="weight > 0"):
@@ -85,6 +90,14 @@ def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -
         Settings(api_keys_file=path)
     served = {"gold": 2.0, "standard": 1.0}
     assert Settings(api_keys_file=path, tier_weights=served).api_keys_file == path
+
+
+@pytest.mark.parametrize(("value", "planner"), [("true", "calibrated"), ("false", "off")])
+def test_the_planner_reads_true_and_false_as_before(
+    monkeypatch: pytest.MonkeyPatch, value: str, planner: str
+) -> None:
+    monkeypatch.setenv("ANSWER_PLANNER", value)
+    assert Settings().planner == planner
 
 
 def test_a_removed_setting_is_refused_with_its_replacement(
