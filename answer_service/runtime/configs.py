@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 from answer_service.pipeline.answer_stream import CitationConfig
 from answer_service.pipeline.forms import FormConfig, read_form_choice, read_form_curves
@@ -57,6 +59,24 @@ class Experiment:
     # Per generated form, the logit bias on the prompt's passage tokens: whole passages only,
     # where it raised recall; it made focused excerpts' answers worse (docs/answers.md).
     copy_bias: Mapping[str, float] = field(default_factory=lambda: {"passages": 4.0})
+    # Sentences on each side of a chosen one in a focused excerpt: without them answers came
+    # faster but worse (eval/results/generation-variants-neighbours.json, docs/answers.md).
+    focused_neighbours: int = 1
+    # Reread the scorer's best sentences with the learned cross-encoder where the scorer is in
+    # doubt (docs/answers.md; off: the scorer's order, as `answers-quote-no-reader.json` ran).
+    sentence_reader: bool = True
+    # What `auto` expects of each form: the curves, or the per-query model over them
+    # (budget/query_quality.py, `python -m eval.calibrate.form_choice`; `form_choice_file`,
+    # default the one shipped), which did not beat the curves (docs/planner.md).
+    form_quality: Literal["curves", "per_query"] = "curves"
+    form_choice_file: Path | None = None
+    # Over several workers (`sglang_workers`): `prefix` sends a prompt where its passages were
+    # sent before (generation/prefix_routing.py); `round_robin` ignores the cache, the baseline
+    # docs/prefix-reuse.md measures it against.
+    sglang_routing: Literal["prefix", "round_robin"] = "prefix"
+    # Log the event loop's stack when it is kept this long past due (0: off;
+    # answer_service/runtime/observability/loop_lag.py): a diagnosis, not a service setting.
+    loop_stall_ms: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.copy_bias) - {"focused", "passages"})
@@ -108,8 +128,6 @@ def pipeline_config(
             vocabulary=any(experiment.copy_bias.values()),
         ),
         citations=CitationConfig(
-            threshold=settings.citation_threshold,
-            max_sources=settings.max_citation_sources,
             unsupported=settings.unsupported,
             loop_guard=settings.loop_guard,
         ),
@@ -117,11 +135,11 @@ def pipeline_config(
             mode=settings.mode,
             quote=read_quote_config(settings.sentence_scorer_file),
             answerable=AnswerableModel.read(settings.sentence_scorer_file),
-            neighbours=settings.focused_neighbours,
+            neighbours=experiment.focused_neighbours,
         ),
-        form_quality=form_quality(settings),
+        form_quality=form_quality(settings, experiment),
         planning=planning_config(settings, slack),
-        routing=settings.sglang_routing,
+        routing=experiment.sglang_routing,
         ttft_timeout_factor=settings.ttft_timeout_factor,
         snippet_chars=settings.snippet_chars,
         abstain_below=settings.abstain_below,
@@ -148,11 +166,11 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
     )
 
 
-def form_quality(settings: Settings) -> FormQuality:
+def form_quality(settings: Settings, experiment: Experiment = SHIPPED) -> FormQuality:
     curves = read_form_curves(settings.form_curves_file)
-    if settings.form_quality == "curves":
+    if experiment.form_quality == "curves":
         return curves
-    return read_form_choice(curves, settings.form_choice_file)
+    return read_form_choice(curves, experiment.form_choice_file)
 
 
 def calibration_config(settings: Settings) -> CalibrationConfig:

@@ -14,7 +14,6 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX
-from answer_service.pipeline.attribution import SUPPORT_THRESHOLD
 from answer_service.pipeline.planning import read_quality_curves
 from answer_service.runtime.keys.auth import read_api_keys
 from budget.forms import AnswerMode
@@ -98,6 +97,22 @@ REMOVED: dict[str, str] = {
     "planner_burst_window_s": "none: 5 (PlanningConfig's)",
     "retrieval_floor_ms": "none: 250 (answer_service.runtime.configs.RETRIEVAL_FLOOR_MS)",
     "generation_slots_max": "none: 16 (answer_service.runtime.configs.MAX_GENERATION_SLOTS)",
+    "sglang_routing": "none: prefix; eval: Experiment.sglang_routing",
+    "form_quality": "none: curves; eval: Experiment.form_quality",
+    "form_choice_file": "none; eval: Experiment.form_choice_file",
+    "sentence_reader": "none: on; eval: Experiment.sentence_reader",
+    "focused_neighbours": "none: 1; eval: Experiment.focused_neighbours",
+    "citation_threshold": "none: 0.63 (attribution.SUPPORT_THRESHOLD)",
+    "max_citation_sources": "none: 2 (CitationConfig's)",
+    "gc_freeze": "none: always on",
+    "loop_stall_ms": "none: off; eval: Experiment.loop_stall_ms",
+    "recent_traces": "none: 500 (runtime/components.py)",
+    "recent_requests": "none: 5000 (runtime/components.py)",
+    "shared_requests": "none: 20000 (runtime/components.py)",
+    "dashboard_interval_s": "none: 1 s (http/dashboard.py)",
+    "local_cache_entries": "none: 2048 (runtime/components.py)",
+    "embedding_cache_ttl_s": "none: a day (runtime/components.py)",
+    "api_keys_reload_s": "none: 1 s (runtime/components.py)",
 }
 
 
@@ -149,10 +164,9 @@ class Settings(BaseSettings):
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
     # Several SGLang workers the service routes over itself (JSON list or comma-separated),
-    # instead of `sglang_url`: `prefix` sends a prompt where its passages were sent before
-    # (generation/prefix_routing.py), `round_robin` ignores the cache.
+    # instead of `sglang_url`: a prompt goes where its passages were sent before
+    # (generation/prefix_routing.py).
     sglang_workers: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    sglang_routing: Literal["prefix", "round_robin"] = "prefix"
     # Tokenizer whose chat template lays the prompt out; default: the served model's path as
     # SGLang reports it (a local folder or a hub id).
     tokenizer: str | None = None
@@ -206,29 +220,16 @@ class Settings(BaseSettings):
     # Quality per form and context size for `auto` (`python -m eval.calibrate.form_curves`);
     # default: the curves shipped for SmolLM2-135M-Instruct.
     form_curves_file: Path | None = None
-    # What `auto` expects of each form: the curves alone, the same for every request, or the
-    # per-query model over them (budget/query_quality.py, `python -m eval.calibrate.form_choice`;
-    # `form_choice_file`, default the one shipped for SmolLM2-135M-Instruct).
-    form_quality: Literal["curves", "per_query"] = "curves"
-    form_choice_file: Path | None = None
     # The sentence scorer's weights and the quote's selection
     # (`python -m eval.calibrate.sentence_scorer`); default: the ones shipped.
     sentence_scorer_file: Path | None = None
-    # The sentence reader: a cross-encoder over the embedder's own MiniLM (its adapter learned
-    # by `python -m eval.calibrate.sentence_reader`) that rereads the scorer's best few sentences
-    # where the scorer is in doubt, before a quote or a focused context is made of them; off:
-    # the scorer's order. `sentence_reader_file`: the adapter (default: the package's).
-    sentence_reader: bool = True
+    # The sentence reader's adapter (`python -m eval.calibrate.sentence_reader`; default: the
+    # package's): a cross-encoder over the embedder's own MiniLM that rereads the scorer's best
+    # few sentences where the scorer is in doubt, before a quote or a focused context is made.
     sentence_reader_file: Path | None = None
-    # Sentences on each side of a chosen one in a focused excerpt.
-    focused_neighbours: int = Field(default=1, ge=0, le=5)
-    # Citations the service attributes: an answer sentence cites the prompt passages holding at
-    # least this share of its content terms (at most `max_citation_sources` of them); measured
-    # on SQuAD: eval/results/citation-thresholds.json. A generated sentence no passage
-    # supports is `mark`ed (shown, its citation says supported: false), `drop`ped (each
-    # sentence is held until checked) or `stop`s the answer.
-    citation_threshold: float = Field(default=SUPPORT_THRESHOLD, gt=0.0, le=1.0)
-    max_citation_sources: int = Field(default=2, ge=1, le=20)
+    # A generated sentence no passage supports (answer_service/pipeline/attribution.py) is
+    # `mark`ed (shown, its citation says supported: false), `drop`ped (each sentence is held
+    # until checked) or `stop`s the answer.
     unsupported: Literal["mark", "drop", "stop"] = "mark"
     # Stop a generated answer that loops (a sentence or a long run of words repeated), aborting
     # the SGLang request; off only where a long repetitive answer is wanted (a load test).
@@ -238,29 +239,10 @@ class Settings(BaseSettings):
     # calibrated with it; 0: never.
     abstain_below: float | None = Field(default=None, ge=0.0, le=1.0)
 
-    # Freeze the start-up heap out of the garbage collector's walks once warm, so a full
-    # collection does not stall every answer for the ~550k objects torch and the models left
-    # (answer_service/runtime/observability/gc_pauses.py).
-    gc_freeze: bool = True
-    # Log the event loop's stack when it is kept this long past due (0: off;
-    # answer_service/runtime/observability/loop_lag.py).
-    loop_stall_ms: int = Field(default=0, ge=0)
-
     record_content: bool = False
-    recent_traces: int = Field(default=500, ge=1)
-    # Request summaries kept in memory for the dashboard (`GET /dashboard`), and how often it
-    # is pushed a fresh snapshot.
-    recent_requests: int = Field(default=5000, ge=1)
-    # With Redis: every replica's summaries, in the stream (XADD's cap) and mirrored in memory.
-    shared_requests: int = Field(default=20_000, ge=1)
-    dashboard_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
-
     # API keys (answer_service/runtime/keys/auth.py): a JSON file of key digests with their tier and limits;
     # None: no keys asked for. `answer-service keys add` writes it.
     api_keys_file: Path | None = None
-    # How often the key file is checked for a change (revoked or added keys take effect
-    # without a restart; a broken file keeps the old keys); 0: read once at start-up.
-    api_keys_reload_s: float = Field(default=1.0, ge=0.0)
     # Request bodies over this get 413; browsers from these origins may call the API (CORS).
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -274,11 +256,9 @@ class Settings(BaseSettings):
     # With Redis the planner sees every replica's arrivals, per SGLang worker of the fleet:
     # how many workers that is (default: the ones this replica knows).
     fleet_workers: int | None = Field(default=None, ge=1)
-    # Complete answers (greedy decoding only) and query embeddings are cached for this long,
-    # in Redis and, while it is down, in a small in-process LRU; 0 turns a cache off.
+    # Complete answers (greedy decoding only) are cached for this long, in Redis and, while it
+    # is down, in a small in-process LRU; 0 turns the cache off.
     answer_cache_ttl_s: float = Field(default=600.0, ge=0.0)
-    embedding_cache_ttl_s: float = Field(default=86_400.0, ge=0.0)
-    local_cache_entries: int = Field(default=2048, ge=1)
 
     @field_validator("retrieval_mode")
     @classmethod

@@ -257,7 +257,7 @@ async def _answer_all(
         answer_cache_ttl_s=0,  # the same questions again measure SGLang's cache, not ours
         # Layouts compared on the same work: the planner would give fewer passages to the
         # layout whose prompts it expects to find less cached.
-        planner=False,
+        planner="off",
         max_new_tokens=args.max_new_tokens,
         default_ttft_budget_ms=args.ttft_budget_ms,
     )

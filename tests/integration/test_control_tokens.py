@@ -78,7 +78,7 @@ def test_both_answer_routes_send_turn_markers_as_text(
     state = FakeSGLangState(model_path=str(smollm2_dir))
     with (
         serve_in_thread(create_fake_sglang(state)) as sglang,
-        service(sglang_url=sglang, abstain_below=0, planner=False) as url,
+        service(sglang_url=sglang, abstain_below=0, planner="off") as url,
     ):
         answer = httpx.post(
             f"{url}/v1/answer",

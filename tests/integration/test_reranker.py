@@ -111,7 +111,7 @@ def test_service_reranks_and_reports_the_stage(
     with tiny_service(
         reranker_model=str(fresh_cross_encoder),
         rerank_candidates=15,
-        planner=False,  # the fixed configuration: rerank_candidates is the depth
+        planner="off",  # the fixed configuration: rerank_candidates is the depth
         default_ttft_budget_ms=20_000,
     ) as url:
         assert _wait_for_reranker(url) == str(fresh_cross_encoder)
