@@ -48,7 +48,7 @@ from answer_service.runtime.placement import (
     plan_placement,
 )
 from answer_service.runtime.redis_link import RedisLink
-from answer_service.runtime.settings import Settings
+from answer_service.runtime.settings import SENTENCE_READER, SENTENCE_SCORER, Settings
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
@@ -297,13 +297,13 @@ class Components:
             logger.info("sentence reader disabled by configuration")
             return None
         try:
-            mix = ReadMix.read(settings.sentence_scorer_file)
+            mix = ReadMix.read(settings.calibrated(SENTENCE_SCORER))
             if mix is None:
                 logger.warning("sentence reader unused: the scorer was learned without one")
                 return None
             reader = SentenceReader(
                 ReaderConfig(
-                    adapter=settings.sentence_reader_file,
+                    adapter=settings.calibrated(SENTENCE_READER),
                     device=self.place_models().embedder.device,
                 ),
                 settings.embedder_model,

@@ -19,7 +19,12 @@ from answer_service.pipeline.planning import DEFAULT_QUALITY, PlanningConfig, re
 from answer_service.pipeline.retrieval import RetrievalConfig
 from answer_service.pipeline.runner import PipelineConfig
 from answer_service.runtime.calibration import CalibrationConfig
-from answer_service.runtime.settings import Settings
+from answer_service.runtime.settings import (
+    FORM_CURVES,
+    QUALITY_CURVES,
+    SENTENCE_SCORER,
+    Settings,
+)
 from budget.forms import FormQuality
 from generation.prefix_order import PromptLayout
 from generation.stages import PromptConfig
@@ -133,8 +138,8 @@ def pipeline_config(
         ),
         forms=FormConfig(
             mode=settings.mode,
-            quote=read_quote_config(settings.sentence_scorer_file),
-            answerable=AnswerableModel.read(settings.sentence_scorer_file),
+            quote=read_quote_config(settings.calibrated(SENTENCE_SCORER)),
+            answerable=AnswerableModel.read(settings.calibrated(SENTENCE_SCORER)),
             neighbours=experiment.focused_neighbours,
         ),
         form_quality=form_quality(settings, experiment),
@@ -160,14 +165,14 @@ def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
         tier_max_wait_ms=settings.tier_max_wait_ms,
         queue_max=settings.generation_queue_max,
         fleet_workers=settings.fleet_workers,
-        quality=read_quality_curves(settings.planner_quality_file)
-        if settings.planner_quality_file
+        quality=read_quality_curves(curves)
+        if (curves := settings.calibrated(QUALITY_CURVES))
         else DEFAULT_QUALITY,
     )
 
 
 def form_quality(settings: Settings, experiment: Experiment = SHIPPED) -> FormQuality:
-    curves = read_form_curves(settings.form_curves_file)
+    curves = read_form_curves(settings.calibrated(FORM_CURVES))
     if experiment.form_quality == "curves":
         return curves
     return read_form_choice(curves, experiment.form_choice_file)
@@ -184,7 +189,7 @@ def calibration_config(settings: Settings) -> CalibrationConfig:
 
 
 def scorer_weights(settings: Settings) -> ScorerWeights:
-    return ScorerWeights.read(settings.sentence_scorer_file)
+    return ScorerWeights.read(settings.calibrated(SENTENCE_SCORER))
 
 
 def embedder_config(settings: Settings, *, device: str) -> EmbedderConfig:

@@ -62,6 +62,14 @@ def parse_placement(text: str) -> dict[str, PartPlacement]:
     return parts
 
 
+# The files of `calibration_dir`, as the eval.calibrate commands name their results.
+QUALITY_CURVES = "quality-curves.json"
+FORM_CURVES = "form-curves.json"
+SENTENCE_SCORER = "sentence-scorer.json"
+SENTENCE_READER = "sentence-reader.npz"
+CALIBRATION_FILES = (QUALITY_CURVES, FORM_CURVES, SENTENCE_SCORER, SENTENCE_READER)
+
+
 # Settings that went, each with what took its place (README.md, "Changelog"). Set in the
 # environment (where an unknown `ANSWER_` variable is otherwise ignored) or passed in, one is
 # refused with its replacement rather than quietly left without effect.
@@ -113,6 +121,10 @@ REMOVED: dict[str, str] = {
     "local_cache_entries": "none: 2048 (runtime/components.py)",
     "embedding_cache_ttl_s": "none: a day (runtime/components.py)",
     "api_keys_reload_s": "none: 1 s (runtime/components.py)",
+    "planner_quality_file": f"calibration_dir holding {QUALITY_CURVES}",
+    "form_curves_file": f"calibration_dir holding {FORM_CURVES}",
+    "sentence_scorer_file": f"calibration_dir holding {SENTENCE_SCORER}",
+    "sentence_reader_file": f"calibration_dir holding {SENTENCE_READER}",
 }
 
 
@@ -183,9 +195,19 @@ class Settings(BaseSettings):
     # `priors` from the priors shipped in code; `off`: every request does `rerank_candidates`
     # and `top_k` as configured. true and false read as calibrated and off.
     planner: Literal["calibrated", "priors", "off"] = "calibrated"
-    # Expected quality by rerank depth and passages (an `eval.calibrate.quality_curves` result); default:
-    # the hybrid-order curve measured on SQuAD (answer_service/pipeline/planning.py).
-    planner_quality_file: Path | None = None
+    # A folder of calibration results measured for this deployment's models; each file there
+    # replaces the one shipped (measured for SmolLM2-135M-Instruct and the default embedder):
+    #   quality-curves.json   expected quality by rerank depth and passages, for the planner
+    #                         (`python -m eval.calibrate.quality_curves`; shipped: the hybrid-order
+    #                         curve measured on SQuAD, answer_service/pipeline/planning.py)
+    #   form-curves.json      quality per answer form and context size, for `auto`
+    #                         (`python -m eval.calibrate.form_curves`)
+    #   sentence-scorer.json  the sentence scorer's weights and the quote's selection
+    #                         (`python -m eval.calibrate.sentence_scorer`)
+    #   sentence-reader.npz   the adapter of the cross-encoder over the embedder's MiniLM that
+    #                         rereads the scorer's best few sentences where it is in doubt
+    #                         (`python -m eval.calibrate.sentence_reader`)
+    calibration_dir: Path | None = None
     # Prompts each SGLang worker prefills at once; others wait by tenant tier. Unset: what
     # each worker was measured to batch at warm-up (1, 2, 4, ... prompts at once while a
     # doubling still pays, at most 16; answer_service/runtime/calibration.py), or 1 where the
@@ -217,16 +239,6 @@ class Settings(BaseSettings):
     # sentences and their neighbours), passages (from whole passages), or auto (the planner
     # picks per request from the measured quality of each form and the time left).
     mode: AnswerMode = "auto"
-    # Quality per form and context size for `auto` (`python -m eval.calibrate.form_curves`);
-    # default: the curves shipped for SmolLM2-135M-Instruct.
-    form_curves_file: Path | None = None
-    # The sentence scorer's weights and the quote's selection
-    # (`python -m eval.calibrate.sentence_scorer`); default: the ones shipped.
-    sentence_scorer_file: Path | None = None
-    # The sentence reader's adapter (`python -m eval.calibrate.sentence_reader`; default: the
-    # package's): a cross-encoder over the embedder's own MiniLM that rereads the scorer's best
-    # few sentences where the scorer is in doubt, before a quote or a focused context is made.
-    sentence_reader_file: Path | None = None
     # A generated sentence no passage supports (answer_service/pipeline/attribution.py) is
     # `mark`ed (shown, its citation says supported: false), `drop`ped (each sentence is held
     # until checked) or `stop`s the answer.
@@ -298,12 +310,23 @@ class Settings(BaseSettings):
             return "calibrated" if _BOOLEAN_WORDS[value.strip().lower()] else "off"
         return value
 
-    @field_validator("planner_quality_file")
+    @field_validator("calibration_dir")
     @classmethod
-    def _readable_curves(cls, value: Path | None) -> Path | None:
-        if value is not None:
-            read_quality_curves(value)  # a bad file fails at start-up, with its reason
+    def _calibration_files(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return value
+        if not any((value / name).is_file() for name in CALIBRATION_FILES):
+            raise ValueError(f"calibration_dir {value} holds none of {CALIBRATION_FILES}")
+        if (value / QUALITY_CURVES).is_file():
+            read_quality_curves(value / QUALITY_CURVES)  # a bad file fails at start-up
         return value
+
+    def calibrated(self, name: str) -> Path | None:
+        """`calibration_dir`'s file `name` (one of CALIBRATION_FILES) where it holds one;
+        None: the one shipped."""
+        if self.calibration_dir is None or not (self.calibration_dir / name).is_file():
+            return None
+        return self.calibration_dir / name
 
     @field_validator("tier_weights")
     @classmethod

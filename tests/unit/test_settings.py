@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from answer_service.runtime.configs import SHIPPED, Experiment, pipeline_config
+from answer_service.runtime.configs import SHIPPED, Experiment, pipeline_config, planning_config
 from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
 from answer_service.runtime.settings import REMOVED, Settings
 
@@ -61,11 +61,15 @@ def test_planner_settings_are_validated(tmp_path: Path) -> None:
         Settings(default_tier="gold")
     with pytest.raises(ValidationError, match="weight > 0"):
         Settings(tier_weights={"a": 0})
-    bad = tmp_path / "curves.json"
-    bad.write_text('{"metrics": {}}')
+    with pytest.raises(ValidationError, match="holds none of"):
+        Settings(calibration_dir=tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "quality-curves.json").write_text('{"metrics": {}}')
     with pytest.raises(ValidationError, match="is not a quality-curves result"):
-        Settings(planner_quality_file=bad)
-    good = tmp_path / "good.json"
+        Settings(calibration_dir=bad)
+    (tmp_path / "good").mkdir()
+    good = tmp_path / "good" / "quality-curves.json"
     good.write_text(
         json.dumps(
             {
@@ -78,7 +82,10 @@ def test_planner_settings_are_validated(tmp_path: Path) -> None:
             }
         )
     )
-    assert Settings(planner_quality_file=good).planner_quality_file == good
+    settings = Settings(calibration_dir=good.parent)
+    assert settings.calibrated("quality-curves.json") == good
+    assert settings.calibrated("form-curves.json") is None  # the shipped one
+    assert planning_config(settings, 0).quality != planning_config(Settings(), 0).quality
 
 
 def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -> None:
