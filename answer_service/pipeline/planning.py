@@ -5,7 +5,7 @@ every request, the quality curve, the generation gate, the arrival rate); each r
 `RequestPlan` value (request_plan.py) from `start()` that its stages then replace as they go.
 
 With the planner switched off (`ANSWER_PLANNER=false`) the configuration is fixed by the
-settings (passages = the request's `top_k`, rerank depth = `ANSWER_RERANK_CANDIDATES` when a
+settings (passages = the request's `top_k`, rerank depth = `fixed_rerank_depth`, 20, when a
 reranker is loaded); the plan is still predicted and recorded, so the two can be compared.
 """
 

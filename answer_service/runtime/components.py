@@ -126,16 +126,12 @@ class Components:
             timeout=httpx.Timeout(10.0),
         )
         recent = RecentTraces(RECENT_TRACES)
-        provider = build_tracer_provider(
-            settings.service_name, recent, settings.otel_exporter_otlp_endpoint
-        )
+        provider = build_tracer_provider(recent, settings.otel_exporter_otlp_endpoint)
         urls = settings.sglang_workers or [settings.sglang_url]
         workers = [SGLangClient(http, url) for url in urls]
         redis = shared = None
         if settings.redis_url is not None:
-            redis = RedisLink.from_url(
-                settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
-            )
+            redis = RedisLink.from_url(settings.redis_url, prefix=settings.redis_prefix)
             shared = SharedRequests(redis, maxlen=SHARED_REQUESTS)
         request_log = RequestLog(RECENT_REQUESTS, sink=shared)
         keys = None

@@ -111,9 +111,7 @@ def pipeline_config(
         generation=GenerationConfig(
             served_model=served_model or "unknown",
             max_new_tokens=settings.max_new_tokens,
-            temperature=settings.temperature,
             next_token_timeout_s=settings.next_token_timeout_s,
-            sglang_connect_timeout_s=settings.sglang_connect_timeout_s,
             frequency_penalty=experiment.frequency_penalty,
             repetition_penalty=experiment.repetition_penalty,
             copy_bias=experiment.copy_bias,
@@ -146,23 +144,20 @@ def pipeline_config(
         planning=planning_config(settings, slack),
         routing=experiment.sglang_routing,
         ttft_timeout_factor=settings.ttft_timeout_factor,
-        snippet_chars=settings.snippet_chars,
         abstain_below=settings.abstain_below,
         record_content=settings.record_content,
     )
 
 
 def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
-    """The planner's; its depths, margins, admission quantile and burst window are
-    PlanningConfig's own, with their reasons in docs/planner.md."""
+    """The planner's; its depths, margins, admission quantile, burst window, a tier's longest
+    wait and the depth it reranks to when off are PlanningConfig's own (docs/planner.md)."""
     return PlanningConfig(
         enabled=settings.planner != "off",
-        fixed_rerank_depth=settings.rerank_candidates,
         retrieve_slack=retrieve_slack,
         slots_per_worker=settings.generation_slots_per_worker or 1,
         tier_weights=tuple(settings.tier_weights.items()),
         default_tier=settings.default_tier,
-        tier_max_wait_ms=settings.tier_max_wait_ms,
         queue_max=settings.generation_queue_max,
         fleet_workers=settings.fleet_workers,
         quality=read_quality_curves(curves)

@@ -125,6 +125,13 @@ REMOVED: dict[str, str] = {
     "form_curves_file": f"calibration_dir holding {FORM_CURVES}",
     "sentence_scorer_file": f"calibration_dir holding {SENTENCE_SCORER}",
     "sentence_reader_file": f"calibration_dir holding {SENTENCE_READER}",
+    "service_name": "OTEL_SERVICE_NAME (OpenTelemetry's own; default answer-service)",
+    "rerank_candidates": "none: 20 with the planner off (PlanningConfig.fixed_rerank_depth)",
+    "temperature": "none: greedy, as every measurement and the answer cache assume",
+    "tier_max_wait_ms": "none: 2000 (PlanningConfig.tier_max_wait_ms)",
+    "sglang_connect_timeout_s": "none: 2 s (GenerationConfig's)",
+    "snippet_chars": "none: 300 (PipelineConfig's)",
+    "redis_timeout_s": "none: 0.25 s (RedisLink's)",
 }
 
 
@@ -146,7 +153,6 @@ def default_cache_dir() -> Path:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ANSWER_", extra="forbid")
 
-    service_name: str = "answer-service"
     cache_dir: Path = Field(default_factory=default_cache_dir)
     index_dir: Path | None = None
     # Seconds between checks of `index_dir` for a new index (a flipped symlink, a rewritten
@@ -172,7 +178,6 @@ class Settings(BaseSettings):
     # Loaded in the background after warm-up; where it cannot load, the service says so once
     # and answers without it.
     reranker_model: str | None = DEFAULT_RERANKER
-    rerank_candidates: int = Field(default=20, ge=1, le=200)
 
     sglang_url: str = f"http://127.0.0.1:{DEFAULT_SGLANG_PORT}"
     # Several SGLang workers the service routes over itself (JSON list or comma-separated),
@@ -184,7 +189,6 @@ class Settings(BaseSettings):
     tokenizer: str | None = None
     max_prompt_tokens: int = Field(default=1800, ge=64)
     max_new_tokens: int = Field(default=160, ge=1, le=4096)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
 
     default_ttft_budget_ms: int = Field(default=3000, gt=0)
     max_ttft_budget_ms: int = Field(default=120_000, gt=0)
@@ -192,8 +196,7 @@ class Settings(BaseSettings):
     # the rerank depth and the passages in the prompt that fit the TTFT budget, and refusal (503
     # + Retry-After) when nothing fits; `calibrated` plans from each stage timed here at warm-up
     # (embed, search, sentences, each worker's first token; answer_service/runtime/calibration.py),
-    # `priors` from the priors shipped in code; `off`: every request does `rerank_candidates`
-    # and `top_k` as configured. true and false read as calibrated and off.
+    # `priors` from the priors shipped in code; `off`: every request reranks 20 candidates    # and `top_k` as configured. true and false read as calibrated and off.
     planner: Literal["calibrated", "priors", "off"] = "calibrated"
     # A folder of calibration results measured for this deployment's models; each file there
     # replaces the one shipped (measured for SmolLM2-135M-Instruct and the default embedder):
@@ -217,22 +220,19 @@ class Settings(BaseSettings):
     # planner's admission refuses earlier; with it off, this is the only bound).
     generation_queue_max: int = Field(default=DEFAULT_QUEUE_MAX, ge=0)
     # Tenant tiers (header `X-Tenant-Tier`) and their weighted shares of generation slots; a
-    # request that has waited `tier_max_wait_ms` goes next whatever its tier.
+    # request that has waited 2 s goes next whatever its tier (PlanningConfig.tier_max_wait_ms).
     tier_weights: dict[str, float] = Field(
         default_factory=lambda: {"premium": 3.0, "standard": 1.0}
     )
     default_tier: str = "standard"
-    tier_max_wait_ms: float = Field(default=2000.0, gt=0.0)
     # A first token later than budget x factor is given up on; the budget itself is the target.
     ttft_timeout_factor: float = Field(default=4.0, ge=1.0)
     next_token_timeout_s: float = Field(default=20.0, gt=0.0)
-    sglang_connect_timeout_s: float = Field(default=2.0, gt=0.0)
 
     default_top_k: int = Field(default=5, ge=1)
     max_top_k: int = Field(default=20, ge=1)
     max_retrieve_k: int = Field(default=200, ge=1)
     max_query_chars: int = Field(default=2000, ge=1)
-    snippet_chars: int = Field(default=300, ge=0)
 
     # The answer form a request gets unless it asks (`answer_mode`; ANSWER_MODE): quote (the
     # sentences of the sources that answer, no model), focused (the model answers from those
@@ -260,11 +260,10 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Redis, shared by the replicas (e.g. redis://127.0.0.1:6379/0); None: in-process only.
-    # Keys start with `redis_prefix`. Every call is bounded by `redis_timeout_s`; when Redis
+    # Keys start with `redis_prefix`. Every call is bounded by 0.25 s (RedisLink); when Redis
     # fails the service goes on with in-process fallbacks and `/readyz` says so.
     redis_url: str | None = None
     redis_prefix: str = Field(default="answer:", min_length=1)
-    redis_timeout_s: float = Field(default=0.25, gt=0.0, le=10.0)
     # With Redis the planner sees every replica's arrivals, per SGLang worker of the fleet:
     # how many workers that is (default: the ones this replica knows).
     fleet_workers: int | None = Field(default=None, ge=1)

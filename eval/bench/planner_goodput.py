@@ -87,7 +87,8 @@ SQUAD = SQUAD_DIR
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """One way to run the service: fixed (`planner` False) or planned, with the passages and
-    rerank depth it uses (fixed) or may use at most (planner); rerank depth 0 is no reranker."""
+    rerank depth it uses (fixed) or may use at most (planner); rerank depth 0 is no reranker,
+    20 the service's own (its rerank depth is no longer a setting: README.md, Changelog)."""
 
     name: str
     planner: bool
@@ -101,7 +102,6 @@ class ServiceConfig:
         return {
             "ANSWER_PLANNER": "true" if self.planner else "false",
             "ANSWER_DEFAULT_TOP_K": str(self.passages),
-            "ANSWER_RERANK_CANDIDATES": str(max(self.rerank_depth, 1)),
             "ANSWER_RERANKER_MODEL": reranker if self.rerank_depth else "",
             "ANSWER_MAX_NEW_TOKENS": str(max_new_tokens),
             **dict(self.settings),

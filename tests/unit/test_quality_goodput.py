@@ -148,14 +148,12 @@ def test_each_service_gets_its_configuration_and_no_inherited_answer_setting() -
         "ANSWER_ANSWER_CACHE_TTL_S": "0",  # every answer measured is generated
         "ANSWER_PLANNER": "false",
         "ANSWER_DEFAULT_TOP_K": "3",
-        "ANSWER_RERANK_CANDIDATES": "1",
         "ANSWER_RERANKER_MODEL": "",
         "ANSWER_MAX_NEW_TOKENS": "32",
         "ANSWER_DEVICE": "cpu",
     }
     deep = service_environment(base, CONFIGS["deep_rerank"], args)
     assert deep["ANSWER_RERANKER_MODEL"] == "some/cross-encoder"
-    assert deep["ANSWER_RERANK_CANDIDATES"] == "20"
     assert service_environment(base, CONFIGS["deep"], args)["ANSWER_RERANKER_MODEL"] == ""
     planner = service_environment(base, CONFIGS["planner"], args)
     assert planner["ANSWER_PLANNER"] == "true"
