@@ -196,7 +196,8 @@ class Settings(BaseSettings):
     # the rerank depth and the passages in the prompt that fit the TTFT budget, and refusal (503
     # + Retry-After) when nothing fits; `calibrated` plans from each stage timed here at warm-up
     # (embed, search, sentences, each worker's first token; answer_service/runtime/calibration.py),
-    # `priors` from the priors shipped in code; `off`: every request reranks 20 candidates    # and `top_k` as configured. true and false read as calibrated and off.
+    # `priors` from the priors shipped in code; `off`: every request reranks 20 candidates and
+    # gets `top_k` passages, as configured. true and false read as calibrated and off.
     planner: Literal["calibrated", "priors", "off"] = "calibrated"
     # A folder of calibration results measured for this deployment's models; each file there
     # replaces the one shipped (measured for SmolLM2-135M-Instruct and the default embedder):
