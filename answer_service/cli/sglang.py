@@ -104,7 +104,8 @@ def _up(args: argparse.Namespace) -> int:
 def _setup(args: argparse.Namespace) -> int:
     settings = Settings()
     host = detect_host()
-    on_gpu = settings.sglang_device == "cuda" or (settings.sglang_device == "auto" and host.gpus)
+    asked = settings.placed("sglang").device
+    on_gpu = asked.startswith("cuda") or (asked == "auto" and bool(host.gpus))
     device: Literal["cpu", "cuda"] = "cuda" if on_gpu else "cpu"
     try:
         python = ensure_sglang_env(settings.cache_dir, device)

@@ -71,6 +71,7 @@ from answer_service.pipeline.events import (
     TokenEvent,
 )
 from answer_service.runtime.components import Components
+from answer_service.runtime.configs import SHIPPED, Experiment
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from retrieval.errors import RetrievalTimeoutError
@@ -274,13 +275,14 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return _error_response(422, "invalid_request", summary or "invalid request", details=details)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, experiment: Experiment = SHIPPED) -> FastAPI:
+    """The app; `experiment` only where an eval or a test varies what the service fixes."""
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         assert settings is not None
-        components = Components.create(settings)
+        components = Components.create(settings, experiment)
         app.state.components = components
         components.start_warm_up()
         try:

@@ -1,6 +1,6 @@
 """The latency-budget dashboard: `GET /dashboard` (a page with no outside dependencies), its
 static files under `/dashboard/static/`, `GET /dashboard/snapshot` (JSON), and
-`GET /dashboard/events` (SSE: a `snapshot` event every `dashboard_interval_s`).
+`GET /dashboard/events` (SSE: a `snapshot` event every `SNAPSHOT_INTERVAL_S`).
 
 A snapshot is computed from the request summaries of the last 15 minutes: every replica's when
 the service has a Redis, else (or while Redis is down) this replica's own.
@@ -25,6 +25,8 @@ from answer_service.runtime.components import Components
 from answer_service.runtime.observability.dashboard_stats import WINDOWS_S, snapshot
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+# How often `/dashboard/events` pushes a snapshot: the dashboard's charts move once a second.
+SNAPSHOT_INTERVAL_S = 1.0
 
 router = APIRouter(include_in_schema=False)
 
@@ -51,13 +53,12 @@ async def dashboard_snapshot(components: ComponentsDep) -> JSONResponse:
 
 @router.get("/dashboard/events")
 async def dashboard_events(components: ComponentsDep, http_request: Request) -> StreamingResponse:
-    interval_s = components.settings.dashboard_interval_s
 
     async def snapshots() -> AsyncIterator[bytes]:
         while not await http_request.is_disconnected():
             data = json.dumps(await current_snapshot(components), separators=(",", ":"))
             yield format_sse_event(data_str=data, event="snapshot")
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(SNAPSHOT_INTERVAL_S)
 
     return StreamingResponse(
         snapshots(),

@@ -65,7 +65,7 @@ class ChatCompletionBody(ServiceFields):
     """OpenAI's chat completion request, less what an answer engine cannot honour (tools,
     logprobs, n > 1): those are refused by name rather than silently ignored. `max_tokens`,
     `temperature` and `top_p` are accepted for compatibility; the service's own settings
-    decide them (`ANSWER_MAX_NEW_TOKENS`, `ANSWER_TEMPERATURE`). The service's own fields come
+    decide them (`ANSWER_MAX_NEW_TOKENS`; greedy decoding). The service's own fields come
     from `ServiceFields`."""
 
     model: StrictStr | None = None

@@ -19,7 +19,7 @@ from retrieval.sentences.splitter import SentenceSpan, split_sentences
 from retrieval.sentences.terms import content_terms, coverage
 
 # Measured by `answer-eval calibrate-citations` on SQuAD v1.1 dev (eval/results/
-# citation-thresholds.json); ANSWER_CITATION_THRESHOLD.
+# citation-thresholds.json); the service's, not a setting (issue 39).
 SUPPORT_THRESHOLD = 0.63
 ABSTAIN_BELOW = 0.5
 ABSTENTION = (

@@ -6,7 +6,7 @@ every request, the quality curve, the generation gate, the arrival rate); each r
 that value's own decisions.
 
 With the planner switched off (`ANSWER_PLANNER=false`) the configuration is fixed by the
-settings (passages = the request's `top_k`, rerank depth = `ANSWER_RERANK_CANDIDATES` when a
+settings (passages = the request's `top_k`, rerank depth = `fixed_rerank_depth`, 20, when a
 reranker is loaded); the plan is still predicted and recorded, so the two can be compared.
 """
 
@@ -36,7 +36,7 @@ from budget.request_plan import RequestPlan
 # The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10) in
 # hybrid retrieval order: `python -m eval.calibrate.quality_curves` (eval/results/quality-curves.json).
 # No reranker weights can be had on the machines this was measured on, so there is no curve for
-# a rerank depth and the planner never pays for one; `ANSWER_PLANNER_QUALITY_FILE` loads the
+# a rerank depth and the planner never pays for one; `ANSWER_CALIBRATION_DIR` loads the
 # curves measured with the reranker a deployment serves.
 DEFAULT_QUALITY = QualityCurve(
     {0: (0.723, 0.873, 0.917, 0.947, 0.953, 0.963, 0.963, 0.967, 0.970, 0.970)}

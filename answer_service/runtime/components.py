@@ -20,12 +20,13 @@ from answer_service.pipeline.probe import FloorProbe
 from answer_service.runtime.caches import AnswerCache, EmbeddingCache, SharedCache, fingerprint
 from answer_service.runtime.calibration import calibrate, calibrate_rerank
 from answer_service.runtime.configs import (
+    SHIPPED,
+    Experiment,
     calibration_config,
     embedder_config,
     pipeline_config,
     reranker_config,
     scorer_weights,
-    search_config,
 )
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.index_watch import IndexWatcher
@@ -47,7 +48,7 @@ from answer_service.runtime.placement import (
     plan_placement,
 )
 from answer_service.runtime.redis_link import RedisLink
-from answer_service.runtime.settings import Settings
+from answer_service.runtime.settings import SENTENCE_READER, SENTENCE_SCORER, Settings
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
@@ -60,6 +61,18 @@ from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader
 logger = logging.getLogger(__name__)
 
 _SGLANG_RETRY_S = 2.0
+# In-memory bounds, far from reached in a 30-minute soak at goodput (docs/operations.md#soak):
+# finished traces for GET /traces, request summaries for the dashboard, and with Redis every
+# replica's summaries (XADD's cap); entries of the in-process LRU that stands in for Redis.
+RECENT_TRACES = 500
+RECENT_REQUESTS = 5000
+SHARED_REQUESTS = 20_000
+LOCAL_CACHE_ENTRIES = 2048
+# A query's embedding depends only on the embedder, which is part of the cache key.
+EMBEDDING_CACHE_TTL_S = 86_400.0
+# How often the key file is checked for a change: revoked or added keys take effect within a
+# second, without a restart (a broken file keeps the old keys).
+API_KEYS_RELOAD_S = 1.0
 
 
 @dataclass(slots=True)
@@ -81,6 +94,8 @@ class Components:
     fleet: FleetArrivals | None = None
     # API keys (None: none asked for), their rate limits and open answers.
     keys: KeyRing | None = None
+    # What an eval command varies in-process; the service runs the shipped one.
+    experiment: Experiment = SHIPPED
     rate_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
     streams: StreamCounts = field(default_factory=StreamCounts)
     retriever: Retriever | None = None
@@ -105,24 +120,20 @@ class Components:
     _keys_task: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
-    def create(cls, settings: Settings) -> Components:
+    def create(cls, settings: Settings, experiment: Experiment = SHIPPED) -> Components:
         http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             timeout=httpx.Timeout(10.0),
         )
-        recent = RecentTraces(settings.recent_traces)
-        provider = build_tracer_provider(
-            settings.service_name, recent, settings.otel_exporter_otlp_endpoint
-        )
+        recent = RecentTraces(RECENT_TRACES)
+        provider = build_tracer_provider(recent, settings.otel_exporter_otlp_endpoint)
         urls = settings.sglang_workers or [settings.sglang_url]
         workers = [SGLangClient(http, url) for url in urls]
         redis = shared = None
         if settings.redis_url is not None:
-            redis = RedisLink.from_url(
-                settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
-            )
-            shared = SharedRequests(redis, maxlen=settings.shared_requests)
-        request_log = RequestLog(settings.recent_requests, sink=shared)
+            redis = RedisLink.from_url(settings.redis_url, prefix=settings.redis_prefix)
+            shared = SharedRequests(redis, maxlen=SHARED_REQUESTS)
+        request_log = RequestLog(RECENT_REQUESTS, sink=shared)
         keys = None
         if settings.api_keys_file is not None:
             keys = KeyRing(read_api_keys(settings.api_keys_file, tiers=settings.tier_weights))
@@ -136,12 +147,13 @@ class Components:
             metrics,
             request_log,
             GcPauses(metrics.registry),
-            LoopLag(metrics.registry, stall_s=settings.loop_stall_ms / 1000.0),
+            LoopLag(metrics.registry, stall_s=experiment.loop_stall_ms / 1000.0),
             redis=redis,
             shared_requests=shared,
             fleet=FleetArrivals(redis) if redis is not None else None,
             keys=keys,
             rate_limiter=RateLimiter(redis),
+            experiment=experiment,
         )
 
     async def redis_status(self) -> str:
@@ -162,12 +174,9 @@ class Components:
         if self.fleet is not None:
             self._fleet_task = loop.create_task(self.fleet.run())
         settings = self.settings
-        if self.keys is not None and settings.api_keys_file and settings.api_keys_reload_s > 0:
+        if self.keys is not None and settings.api_keys_file:
             watcher = KeyFileWatcher(
-                self.keys,
-                settings.api_keys_file,
-                settings.tier_weights,
-                every_s=settings.api_keys_reload_s,
+                self.keys, settings.api_keys_file, settings.tier_weights, every_s=API_KEYS_RELOAD_S
             )
             self._keys_task = loop.create_task(watcher.run())
 
@@ -200,9 +209,10 @@ class Components:
         self.served_model = self.served_model or tokenizer
         template = HFChatTemplate(tokenizer)
         await asyncio.to_thread(template.warm_up)
-        if settings.gc_freeze:  # before it is ready: the full collection stalls everything
-            await asyncio.to_thread(freeze_heap, collect=True)
-        config = pipeline_config(settings, self.served_model)
+        # Before it is ready: a full collection walks the ~550k objects torch and the models
+        # left, stalling every answer (answer_service/runtime/observability/gc_pauses.py).
+        await asyncio.to_thread(freeze_heap, collect=True)
+        config = pipeline_config(settings, self.served_model, self.experiment)
         pipeline = AnswerPipeline(
             self.retriever,
             template,
@@ -267,10 +277,8 @@ class Components:
             embedder,
             device=index.device,
             index_max_gpu_bytes=share_bytes,
-            search=search_config(settings),
             scorer=scorer_weights(settings),
             reader=self._sentence_reader(),
-            max_workers=settings.retrieval_workers,
         )
 
     def _sentence_reader(self) -> tuple[SentenceReader, ReadMix] | None:
@@ -281,17 +289,17 @@ class Components:
             return self.reader
         self._reader_loaded = True
         settings = self.settings
-        if not settings.sentence_reader:
+        if not self.experiment.sentence_reader:
             logger.info("sentence reader disabled by configuration")
             return None
         try:
-            mix = ReadMix.read(settings.sentence_scorer_file)
+            mix = ReadMix.read(settings.calibrated(SENTENCE_SCORER))
             if mix is None:
                 logger.warning("sentence reader unused: the scorer was learned without one")
                 return None
             reader = SentenceReader(
                 ReaderConfig(
-                    adapter=settings.sentence_reader_file,
+                    adapter=settings.calibrated(SENTENCE_READER),
                     device=self.place_models().embedder.device,
                 ),
                 settings.embedder_model,
@@ -315,12 +323,11 @@ class Components:
     def _serve(self, retriever: Retriever) -> None:
         self.retriever = retriever
         if self.pipeline is not None:
-            config = pipeline_config(self.settings, self.served_model)
+            config = pipeline_config(self.settings, self.served_model, self.experiment)
             self.pipeline.swap_retriever(retriever, self._answer_cache(config, retriever))
 
     def _store(self, namespace: str, ttl_s: float) -> SharedCache:
-        capacity = self.settings.local_cache_entries
-        return SharedCache(self.redis, namespace, ttl_s=ttl_s, capacity=capacity)
+        return SharedCache(self.redis, namespace, ttl_s=ttl_s, capacity=LOCAL_CACHE_ENTRIES)
 
     def _answer_cache(self, config: PipelineConfig, retriever: Retriever) -> AnswerCache | None:
         ttl_s = self.settings.answer_cache_ttl_s
@@ -332,11 +339,10 @@ class Components:
         parts = {"index": manifest.to_json(), "pipeline": shape, "version": 1}
         return AnswerCache(self._store("answer", ttl_s), fingerprint(parts))
 
-    def _embedding_cache(self, retriever: Retriever) -> EmbeddingCache | None:
-        ttl_s = self.settings.embedding_cache_ttl_s
-        if ttl_s <= 0:
-            return None
-        return EmbeddingCache(self._store("embedding", ttl_s), retriever.embedder.name)
+    def _embedding_cache(self, retriever: Retriever) -> EmbeddingCache:
+        return EmbeddingCache(
+            self._store("embedding", EMBEDDING_CACHE_TTL_S), retriever.embedder.name
+        )
 
     async def _load_reranker(self) -> None:
         """Attach the reranker when it has loaded; until then requests go without it."""
@@ -431,5 +437,4 @@ class Components:
             await self.redis.aclose()
         self.provider.shutdown()
         self.gc_pauses.remove()
-        if self.settings.gc_freeze:
-            thaw_heap()
+        thaw_heap()

@@ -9,9 +9,9 @@ of SGLang's ``--mem-fraction-static``):
                            service caps its torch allocator on each GPU at the sum of the
                            shares placed there (`apply_torch_memory_caps`), and an index whose
                            vectors exceed its share stays on the CPU (retrieval/index/placement.py)
-    SGLang's workers       `plan_sglang_workers`: one GPU each, from `sglang_gpu` on; a worker
+    SGLang's workers       `plan_sglang_workers`: one GPU each, from the one `placement` gives `sglang` on; a worker
                            whose GPU also holds some of the service's models gets
-                           ``1 - their shares - SGLANG_RESERVE_FRACTION`` (or the setting),
+                           ``1 - their shares - SGLANG_RESERVE_FRACTION`` (or sglang's placed share),
                            one alone on its GPU is left to SGLang, as in docker/compose.yaml
 
 Both are pure functions of `Settings` and a GPU count, and `answer-service sglang up` computes
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 # SGLang 0.5.23 keeps at least 10 GiB of a GPU over 60 GiB out of its static pool, for
 # activations and CUDA graphs (sglang/srt/arg_groups/memory_hook.py): 7-13 % of an 80-141 GiB
-# GPU. Held back from SGLang's share when it shares its GPU; set sglang_mem_fraction_static on
+# GPU. Held back from SGLang's share when it shares its GPU; set sglang's share (`placement`) on
 # smaller GPUs, whose reserve is a larger part of them.
 SGLANG_RESERVE_FRACTION = 0.13
 # Below this, SGLang on a shared GPU would hold little more than its weights: refuse instead.
@@ -101,26 +101,12 @@ def _resolve(name: str, asked: str, fraction: float, gpu_count: int) -> DeviceSl
 
 def plan_placement(settings: Settings, gpu_count: int) -> Placement:
     """Each of the service's models on its device, with its share there."""
-    placement = Placement(
-        embedder=_resolve(
-            "embedder",
-            settings.embedder_device or settings.device,
-            settings.embedder_gpu_memory_fraction,
-            gpu_count,
-        ),
-        reranker=_resolve(
-            "reranker",
-            settings.reranker_device or settings.device,
-            settings.reranker_gpu_memory_fraction,
-            gpu_count,
-        ),
-        index=_resolve(
-            "index",
-            settings.index_device or settings.device,
-            settings.index_gpu_memory_fraction,
-            gpu_count,
-        ),
-    )
+    slots = {}
+    for part in ("embedder", "reranker", "index"):
+        asked = settings.placed(part)
+        assert asked.gpu_share is not None
+        slots[part] = _resolve(part, asked.device, asked.gpu_share, gpu_count)
+    placement = Placement(**slots)
     for gpu, share in placement.torch_memory_caps().items():
         if share >= 1.0:
             raise PlacementError(f"the service's models ask for {share:g} of GPU {gpu}")
@@ -130,28 +116,27 @@ def plan_placement(settings: Settings, gpu_count: int) -> Placement:
 def plan_sglang_workers(
     settings: Settings, placement: Placement, workers: int, gpu_count: int
 ) -> tuple[SGLangWorkerSlot, ...]:
-    """One GPU per worker from `sglang_gpu` on, and each one's share; () on the CPU."""
-    device = settings.sglang_device
-    if device == "cpu" or (device == "auto" and gpu_count == 0):
+    """One GPU per worker from sglang's placed GPU on, and each one's share; () on the CPU."""
+    asked = settings.placed("sglang")
+    if asked.device == "cpu" or (asked.device == "auto" and gpu_count == 0):
         return ()
-    first = settings.sglang_gpu
+    first = int(asked.device.partition(":")[2] or 0)
     if first + workers > gpu_count:
         raise PlacementError(
             f"{workers} SGLang worker(s) from GPU {first} need GPUs {first}-{first + workers - 1}; "
             f"{gpu_count} seen"
         )
     return tuple(
-        SGLangWorkerSlot(gpu, _sglang_fraction(settings, placement.service_share(gpu), gpu))
+        SGLangWorkerSlot(gpu, _sglang_fraction(asked.gpu_share, placement.service_share(gpu), gpu))
         for gpu in range(first, first + workers)
     )
 
 
-def _sglang_fraction(settings: Settings, shared: float, gpu: int) -> float | None:
-    asked = settings.sglang_mem_fraction_static
+def _sglang_fraction(asked: float | None, shared: float, gpu: int) -> float | None:
     if asked is not None:
         if asked + shared >= 1.0:
             raise PlacementError(
-                f"sglang_mem_fraction_static {asked:g} and the service's {shared:g} of GPU "
+                f"sglang's share {asked:g} and the service's {shared:g} of GPU "
                 f"{gpu} add up to 1 or more"
             )
         return asked

@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a setting for the service, e.g. ANSWER_RECENT_REQUESTS=300 (repeatable)",
+        help="a setting for the service, e.g. ANSWER_MAX_NEW_TOKENS=64 (repeatable)",
     )
     args = parser.parse_args(argv)
 

@@ -9,7 +9,8 @@ Configurations (each a separate `answer-service serve`; the fixed ones with `ANS
 and the answer form and passage count set): `passages-5`, `passages-3`, `passages-1` (the model
 over whole passages), `focused-2` (over the best sentences of two passages), `quote` (no model);
 `planner`: `ANSWER_PLANNER=true`, `ANSWER_MODE=auto`, up to 5 passages, the shipped form
-quality; `planner-per-query`: the same with `ANSWER_FORM_QUALITY=per_query`.
+quality. (`planner-per-query`, with `ANSWER_FORM_QUALITY=per_query`, went with that setting;
+issue 39, README.md Changelog.)
 
 The questions are those of the evaluation part of the committed SQuAD split, answerable ones,
 in one seeded order. A seeded `--removed-share` of their gold passages (one in five by default)
@@ -123,9 +124,6 @@ CONFIGURATIONS = {
         Configuration("focused-2", False, "focused", 2),
         Configuration("quote", False, "quote", 5),
         Configuration("planner", True, "auto", 5),
-        Configuration(
-            "planner-per-query", True, "auto", 5, (("ANSWER_FORM_QUALITY", "per_query"),)
-        ),
     )
 }
 DEFAULT_CONFIGS = "passages-5,passages-3,passages-1,focused-2,quote,planner"

@@ -76,7 +76,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(
         index_dir=index,
         sglang_url=args.sglang_url,
-        planner=False,
+        planner="off",
         abstain_below=0.0,
         answer_cache_ttl_s=0,
         reranker_model=None,

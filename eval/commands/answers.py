@@ -42,6 +42,7 @@ from answer_service.pipeline.events import (
     TokenEvent,
 )
 from answer_service.runtime.components import Components
+from answer_service.runtime.configs import SHIPPED, Experiment
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from budget.forms import AnswerMode
@@ -204,9 +205,12 @@ class InProcessAnswering:
 
 
 @contextlib.asynccontextmanager
-async def in_process_answering(settings: Settings) -> AsyncIterator[InProcessAnswering]:
-    """The service's components built from `settings` and warmed up, as an answering source."""
-    components = Components.create(settings)
+async def in_process_answering(
+    settings: Settings, experiment: Experiment = SHIPPED
+) -> AsyncIterator[InProcessAnswering]:
+    """The service's components built from `settings` (and an experiment's knobs) and warmed
+    up, as an answering source."""
+    components = Components.create(settings, experiment)
     try:
         components.start_warm_up()
         await components.wait_ready()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from answer_service.http.api import create_app
+from answer_service.runtime.configs import Experiment
 from answer_service.runtime.settings import Settings
 from generation.server.launch import (
     SGLangServer,
@@ -98,6 +100,7 @@ def smollm2_sglang(
 
 
 ServiceFactory = Callable[..., AbstractContextManager[str]]
+EXPERIMENT_KNOBS = frozenset(field.name for field in dataclasses.fields(Experiment))
 
 # Settings every service in these tests starts with; a test's own keyword wins.
 SERVICE_DEFAULTS: dict[str, Any] = {
@@ -113,7 +116,7 @@ SERVICE_DEFAULTS: dict[str, Any] = {
     # The planner starts from the priors shipped in code, which what these tests assert on the
     # planner was worked out against (and a fake SGLang has no timing worth calibrating to);
     # test_stage_calibration_service.py runs the warm-up calibration the service does by default.
-    "planner_calibrate": False,
+    "planner": "priors",
 }
 # What `tiny_service` adds: random weights seldom stop, so a few tokens bound every answer.
 TINY_ANSWERS: dict[str, Any] = {"max_new_tokens": 8}
@@ -121,12 +124,14 @@ TINY_ANSWERS: dict[str, Any] = {"max_new_tokens": 8}
 
 @pytest.fixture(scope="session")
 def service(squad_index: Path) -> ServiceFactory:
-    """`with service(sglang_url=..., **settings) as url:` runs the app over real HTTP."""
+    """`with service(sglang_url=..., **settings) as url:` runs the app over real HTTP; a
+    keyword naming a knob of `Experiment` (what the service fixes) goes to it instead."""
 
     @contextmanager
     def run(*, ready: bool = True, **overrides: Any) -> Iterator[str]:
+        knobs = {k: overrides.pop(k) for k in list(overrides) if k in EXPERIMENT_KNOBS}
         settings = Settings(**{"index_dir": squad_index, **SERVICE_DEFAULTS, **overrides})
-        with serve_in_thread(create_app(settings)) as url:
+        with serve_in_thread(create_app(settings, Experiment(**knobs))) as url:
             if ready:
                 wait_ready(url)
             yield url

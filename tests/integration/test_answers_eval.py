@@ -72,7 +72,7 @@ def test_in_process_and_over_http_agree(
     local = _run(
         _in_process(questions, squad_corpus, squad_index, tiny_sglang.url), tmp_path / "local.json"
     )
-    with tiny_service(planner=False) as url:
+    with tiny_service(planner="off") as url:
         _flush(tiny_sglang)
         remote = _run([*common, "--url", url], tmp_path / "remote.json")
 

@@ -56,7 +56,7 @@ def url(service: ServiceFactory, fake: tuple[str, FakeSGLangState]) -> Iterator[
         sglang_url=fake[0],
         max_query_chars=500,
         max_top_k=10,
-        planner=False,
+        planner="off",
         max_body_bytes=200_000,
     ) as base:
         yield base

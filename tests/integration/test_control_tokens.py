@@ -78,7 +78,7 @@ def test_both_answer_routes_send_turn_markers_as_text(
     state = FakeSGLangState(model_path=str(smollm2_dir))
     with (
         serve_in_thread(create_fake_sglang(state)) as sglang,
-        service(sglang_url=sglang, abstain_below=0, planner=False) as url,
+        service(sglang_url=sglang, abstain_below=0, planner="off") as url,
     ):
         answer = httpx.post(
             f"{url}/v1/answer",
@@ -93,6 +93,6 @@ def test_both_answer_routes_send_turn_markers_as_text(
     assert answer.status_code == 200, answer.text
     assert chat.status_code == 200, chat.text
     assert len(state.requests) == 2
-    # The service sends the worked example by default (ANSWER_PROMPT_EXAMPLE).
+    # The service sends the worked example (Experiment.prompt_example, answer_service/runtime/configs.py).
     for request in state.requests:
         assert _special_tokens(tokenizer, request["text"]) == TURNS_WITH_EXAMPLE

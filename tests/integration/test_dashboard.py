@@ -110,7 +110,7 @@ def test_redis_down_falls_back_to_memory_and_readiness_says_so(
 
 def test_snapshots_are_pushed_over_sse(tiny_service: ServiceFactory) -> None:
     with (
-        tiny_service(dashboard_interval_s=0.2) as url,
+        tiny_service() as url,
         httpx.Client(timeout=10) as client,
         connect_sse(client, "GET", f"{url}/dashboard/events") as source,
     ):

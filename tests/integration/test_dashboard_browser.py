@@ -36,9 +36,7 @@ pytestmark = [
 
 @pytest.fixture
 def url(service: ServiceFactory, smollm2_sglang: SGLangServer) -> Iterator[str]:
-    with service(
-        sglang_url=smollm2_sglang.url, max_new_tokens=24, dashboard_interval_s=0.5
-    ) as base:
+    with service(sglang_url=smollm2_sglang.url, max_new_tokens=24) as base:
         yield base
 
 

@@ -22,7 +22,7 @@ def url(service: ServiceFactory, smollm2_sglang: SGLangServer) -> Iterator[str]:
     # A fixed configuration (five passages every time): these tests are about what SGLang and
     # the model do with a given prompt; the planner's choices depend on load and are tested in
     # test_planner_service.py.
-    with service(sglang_url=smollm2_sglang.url, max_new_tokens=48, planner=False) as base:
+    with service(sglang_url=smollm2_sglang.url, max_new_tokens=48, planner="off") as base:
         yield base
 
 

@@ -147,7 +147,7 @@ def _serve(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSWER_")}
     env.update(ANSWER_RERANKER_MODEL="", ANSWER_ANSWER_CACHE_TTL_S="0")
     # Generated answers from passages, as the service factory's tests get (SERVICE_DEFAULTS).
-    env.update(ANSWER_MODE="passages", ANSWER_ABSTAIN_BELOW="0", ANSWER_PLANNER_CALIBRATE="false")
+    env.update(ANSWER_MODE="passages", ANSWER_ABSTAIN_BELOW="0", ANSWER_PLANNER="priors")
     env.update({f"ANSWER_{name.upper()}": value for name, value in settings.items()})
     script = Path(sys.executable).with_name("answer-service")
     command = [str(script), "serve", "--index", str(index), "--port", str(port)]

@@ -142,7 +142,7 @@ def test_a_budget_the_queue_makes_impossible_is_503_with_retry_after(
 
 @pytest.mark.sglang
 def test_the_planner_off_fixes_the_configuration(tiny_service: ServiceFactory) -> None:
-    with tiny_service(planner=False) as url:
+    with tiny_service(planner="off") as url:
         body = post_answer(url, {"query": QUESTION, "ttft_budget_ms": 50, "stream": False})
         assert body.status_code == 200, "no admission control with the planner off"
         plan = body.json()["plan"]
@@ -299,7 +299,7 @@ def test_the_gate_is_read_on_the_event_loop_only(
         abstain_below=0,
         mode="passages",
         generation_slots_per_worker=2,
-        planner_calibrate=False,  # a fake SGLang's timing is no machine's
+        planner="priors",  # a fake SGLang's timing is no machine's
     )
     app = create_app(settings)
     where: list[str] = []
@@ -331,7 +331,7 @@ def test_with_the_planner_off_the_slot_queue_is_capped(
     url_sglang, state = fake
     state.mode = "stall"
     with service(
-        sglang_url=url_sglang, planner=False, abstain_below=0, generation_queue_max=2
+        sglang_url=url_sglang, planner="off", abstain_below=0, generation_queue_max=2
     ) as url:
 
         async def run() -> list[httpx.Response]:

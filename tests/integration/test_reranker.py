@@ -111,8 +111,7 @@ def test_service_reranks_and_reports_the_stage(
 ) -> None:
     with tiny_service(
         reranker_model=str(fresh_cross_encoder),
-        rerank_candidates=15,
-        planner=False,  # the fixed configuration: rerank_candidates is the depth
+        planner="off",  # the fixed configuration: it reranks 20 candidates
         default_ttft_budget_ms=20_000,
     ) as url:
         assert _wait_for_reranker(url) == str(fresh_cross_encoder)
@@ -123,10 +122,10 @@ def test_service_reranks_and_reports_the_stage(
         assert len(body["sources"]) == 5
         trace = httpx.get(f"{url}/v1/traces", params={"limit": 1}).json()[0]
         rerank = next(s for s in trace["spans"] if s["name"] == "rerank")
-        assert rerank["attributes"]["rerank.candidates"] == 15
+        assert rerank["attributes"]["rerank.candidates"] == 20
         assert rerank["attributes"]["rerank.top_n"] == 5
         search = next(s for s in trace["spans"] if s["name"] == "search")
-        assert search["attributes"]["retrieval.k"] == 15
+        assert search["attributes"]["retrieval.k"] == 20
 
 
 @pytest.mark.sglang
@@ -148,7 +147,7 @@ def test_a_reranker_that_attaches_is_timed_here_before_it_is_used(
     """The reranker loads after the service is ready; with calibration on, it is timed on this
     machine before requests are sent to it, so rerank depths are priced from what it costs here
     rather than from the 2-core constant."""
-    with tiny_service(planner_calibrate=True, reranker_model=str(fresh_cross_encoder)) as url:
+    with tiny_service(planner="calibrated", reranker_model=str(fresh_cross_encoder)) as url:
         assert _wait_for_reranker(url) == str(fresh_cross_encoder)
         stages = httpx.get(f"{url}/readyz").json()["calibrated_stages"]
         assert "rerank" in stages

@@ -287,7 +287,7 @@ def state(fake: tuple[str, FakeSGLangState]) -> FakeSGLangState:
 
 @pytest.fixture(scope="module")
 def failing_url(service: ServiceFactory, fake: tuple[str, FakeSGLangState]) -> Iterator[str]:
-    with service(sglang_url=fake[0], planner=False) as base:
+    with service(sglang_url=fake[0], planner="off") as base:
         yield base
 
 

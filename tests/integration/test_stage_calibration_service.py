@@ -19,7 +19,7 @@ def url_of_sglang(ready: dict[str, object]) -> str:
 
 
 def test_the_floor_is_measured_here_and_plans_follow_it(tiny_service: ServiceFactory) -> None:
-    with tiny_service(planner_calibrate=True) as url:
+    with tiny_service(planner="calibrated") as url:
         ready = wait_ready(url)
         floor = ready["calibrated_floor_ms"]
         shipped = calibrated_floor_ms(RequestPlanning(PlanningConfig(), [url]))
@@ -47,7 +47,7 @@ def test_the_floor_is_measured_here_and_plans_follow_it(tiny_service: ServiceFac
         slots = ready["generation_slots"]
         assert list(slots) == [url_of_sglang(ready)]
         assert 1 <= slots[url_of_sglang(ready)] <= 16
-    with tiny_service(planner_calibrate=True, generation_slots_per_worker=3) as url:
+    with tiny_service(planner="calibrated", generation_slots_per_worker=3) as url:
         # Configured slots stand: nothing is measured.
         assert wait_ready(url)["generation_slots"] == {url_of_sglang(wait_ready(url)): 3}
     with tiny_service() as url:  # the shipped priors: the same budget is under their floor

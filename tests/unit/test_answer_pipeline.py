@@ -81,7 +81,7 @@ async def test_events_come_in_order_and_sources_are_what_the_model_saw(index_dir
 async def test_a_copy_bias_raises_the_tokens_of_the_passages_the_model_is_given(
     index_dir: Path,
 ) -> None:
-    """ANSWER_COPY_BIAS: every token of the prompt's passages (the fake template's ids stand
+    """The copy bias: every token of the prompt's passages (the fake template's ids stand
     for their distinct words) goes to SGLang with the bias; without it, no logit_bias at all."""
     biased = ScriptedGeneration(words("Tea."))
     pipeline, _ = make_pipeline(

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from answer_service.runtime.configs import SHIPPED, Experiment, pipeline_config, planning_config
 from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
-from answer_service.runtime.settings import Settings
+from answer_service.runtime.settings import REMOVED, Settings
 
 
 @pytest.mark.parametrize("value", ["", "none", "None"])
@@ -36,31 +37,39 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
-def test_the_copy_bias_is_read_per_generated_form(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().copy_bias == {"passages": 4.0}  # whole passages only, by measurement
-    monkeypatch.setenv("ANSWER_COPY_BIAS", '{"focused": 2}')
-    assert Settings().copy_bias == {"focused": 2.0}
-    monkeypatch.setenv("ANSWER_COPY_BIAS", "{}")
-    assert Settings().copy_bias == {}
-    with pytest.raises(ValidationError, match=r"per generated form .* not \['quote'\]"):
-        Settings(copy_bias={"quote": 1.0})
-    with pytest.raises(ValidationError, match="between 0 and 10"):
-        Settings(copy_bias={"focused": -1.0})
+def test_the_copy_bias_is_per_generated_form() -> None:
+    """An eval's knob, the service's fixed: whole passages only, by measurement."""
+    assert SHIPPED.copy_bias == {"passages": 4.0}
+    assert pipeline_config(Settings(), "m").generation.copy_bias == {"passages": 4.0}
+    assert pipeline_config(Settings(), "m", Experiment(copy_bias={})).prompt.vocabulary is False
+    with pytest.raises(ValueError, match=r"per generated form .* not \['quote'\]"):
+        Experiment(copy_bias={"quote": 1.0})
+    with pytest.raises(ValueError, match="between 0 and 10"):
+        Experiment(copy_bias={"focused": -1.0})
 
 
 def test_planner_settings_are_validated(tmp_path: Path) -> None:
-    assert Settings(planner_rerank_depths="0,20,10").planner_rerank_depths == [0, 10, 20]
-    with pytest.raises(ValidationError, match="must include 0"):
-        Settings(planner_rerank_depths="10,20")
+    assert Settings().planner == "calibrated"
+    assert [Settings(planner=v).planner for v in (True, False, "priors")] == [
+        "calibrated",
+        "off",
+        "priors",
+    ]
+    with pytest.raises(ValidationError, match="planner"):
+        Settings(planner="sometimes")
     with pytest.raises(ValidationError, match="default_tier 'gold' is not in tier_weights"):
         Settings(default_tier="gold")
     with pytest.raises(ValidationError, match="weight > 0"):
         Settings(tier_weights={"a": 0})
-    bad = tmp_path / "curves.json"
-    bad.write_text('{"metrics": {}}')
+    with pytest.raises(ValidationError, match="holds none of"):
+        Settings(calibration_dir=tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "quality-curves.json").write_text('{"metrics": {}}')
     with pytest.raises(ValidationError, match="is not a quality-curves result"):
-        Settings(planner_quality_file=bad)
-    good = tmp_path / "good.json"
+        Settings(calibration_dir=bad)
+    (tmp_path / "good").mkdir()
+    good = tmp_path / "good" / "quality-curves.json"
     good.write_text(
         json.dumps(
             {
@@ -73,7 +82,10 @@ def test_planner_settings_are_validated(tmp_path: Path) -> None:
             }
         )
     )
-    assert Settings(planner_quality_file=good).planner_quality_file == good
+    settings = Settings(calibration_dir=good.parent)
+    assert settings.calibrated("quality-curves.json") == good
+    assert settings.calibrated("form-curves.json") is None  # the shipped one
+    assert planning_config(settings, 0).quality != planning_config(Settings(), 0).quality
 
 
 def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -> None:
@@ -85,3 +97,33 @@ def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -
         Settings(api_keys_file=path)
     served = {"gold": 2.0, "standard": 1.0}
     assert Settings(api_keys_file=path, tier_weights=served).api_keys_file == path
+
+
+@pytest.mark.parametrize(("value", "planner"), [("true", "calibrated"), ("false", "off")])
+def test_the_planner_reads_true_and_false_as_before(
+    monkeypatch: pytest.MonkeyPatch, value: str, planner: str
+) -> None:
+    monkeypatch.setenv("ANSWER_PLANNER", value)
+    assert Settings().planner == planner
+
+
+def test_a_removed_setting_is_refused_with_its_replacement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unknown `ANSWER_` variable is ignored by pydantic-settings: one that used to be a
+    setting would leave a deployment quietly without it."""
+    monkeypatch.setenv("ANSWER_SGLANG_GPU", "1")
+    with pytest.raises(ValidationError, match=r"sglang_gpu was removed \(placement: sglang="):
+        Settings()
+    monkeypatch.delenv("ANSWER_SGLANG_GPU")
+    monkeypatch.setenv("TEMPERATURE", "0.7")  # not ours
+    assert Settings().max_new_tokens == 160
+    with pytest.raises(ValidationError, match="index_device was removed"):
+        Settings(index_device="cpu")  # type: ignore[call-arg]
+
+
+def test_every_removed_setting_is_in_the_readme_changelog() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    changelog = readme.split("## Changelog", 1)[1]
+    missing = [name for name in REMOVED if f"ANSWER_{name.upper()}" not in changelog]
+    assert not missing

@@ -8,7 +8,7 @@ A sleeper wakes every `every_s` and records how much later than due it ran: the
 distribution of that lateness is what any request arriving at a random moment waits on top
 of its own work, which the request timings alone cannot separate from that work.
 
-With `stall_s` set (`ANSWER_LOOP_STALL_MS`; off by default), a watchdog thread also looks at
+With `stall_s` set (`Experiment.loop_stall_ms`, an eval's; off in the service), a watchdog thread also looks at
 the sampler: when it is `stall_s` past due, the watchdog logs the stack the loop's thread is
 in at that moment (once per stall) and counts it in `answer_event_loop_stalls`, so that what
 keeps the loop is named, not guessed. It sees a thread computing in Python or waiting in a
@@ -44,7 +44,7 @@ class LoopLag:
         self.stall_s = stall_s
         self.stalls = Counter(
             "answer_event_loop_stalls",
-            "Times the event loop was kept past ANSWER_LOOP_STALL_MS (counted only where that "
+            "Times the event loop was kept past Experiment.loop_stall_ms (counted only where that "
             "is set; each logged with the stack the loop was in).",
             registry=registry,
         )

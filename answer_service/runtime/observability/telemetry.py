@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 logger = logging.getLogger(__name__)
+SERVICE_NAME = "answer-service"
 
 AttributeValue = str | bool | int | float | tuple[str, ...] | tuple[int, ...] | tuple[float, ...]
 
@@ -128,10 +129,14 @@ class RecentTraces(SpanProcessor):
             return next((t for t in self._finished if t.trace_id == trace_id), None)
 
 
-def build_tracer_provider(
-    service_name: str, recent: RecentTraces, otlp_endpoint: str | None
-) -> TracerProvider:
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+def build_tracer_provider(recent: RecentTraces, otlp_endpoint: str | None) -> TracerProvider:
+    """Spans kept in `recent` and, with an endpoint, exported over OTLP/HTTP; the resource is
+    what OpenTelemetry reads from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, named
+    `answer-service` where they name no service."""
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(recent)
     if otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
