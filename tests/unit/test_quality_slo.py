@@ -233,6 +233,6 @@ def test_each_service_gets_its_configuration_and_no_inherited_answer_setting() -
         "ANSWER_RERANKER_MODEL": "",
         "ANSWER_DEVICE": "cpu",
     }
-    planner = service_environment(base, CONFIGURATIONS["planner-per-query"].environment())
+    planner = service_environment(base, CONFIGURATIONS["planner"].environment())
     assert planner["ANSWER_PLANNER"] == "true"
-    assert planner["ANSWER_FORM_QUALITY"] == "per_query"
+    assert planner["ANSWER_MODE"] == "auto"
