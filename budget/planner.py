@@ -173,6 +173,13 @@ class Knobs:
     passages: int
     retrieve_k: int
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object]) -> Knobs:
+        """Knobs as `dataclasses.asdict` wrote them (a stored request summary)."""
+        return cls(
+            int(str(raw["rerank_depth"])), int(str(raw["passages"])), int(str(raw["retrieve_k"]))
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:

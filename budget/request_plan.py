@@ -13,6 +13,7 @@ plan. It ends as the `PlanRecord` of the `plan` event and the root span.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,8 +23,14 @@ from budget.stage import StageResult
 
 # Stages whose time the plan records (the ones it predicts, and the reader and the stream).
 _TIMED = frozenset({"embed", "search", "rerank", "sentences", "read", "prompt", "first_token"})
-# Stages whose cut changes no knob of the plan (the sentence reader reorders, it does not size).
-_KNOBLESS = frozenset({"read"})
+# The knob a stage's cut changes, as the cut is recorded and the field it sets: the rerank its
+# depth, the prompt (and sources only) the passages. Any other stage's cut (the sentence reader
+# reorders, it does not size) is only recorded.
+_KNOBS = {
+    "rerank": ("rerank", "rerank_depth"),
+    "prompt": ("passages", "passages"),
+    "passages": ("passages", "passages"),
+}
 
 Route = Literal["model", "quote", "sources_only", "refuse"]
 """How admission lets a request in: to the model; a quote instead (no generation can make the
@@ -38,6 +45,13 @@ class Cut:
     reason: str
     planned: int
     done: int
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, object]) -> Cut:
+        """A cut as `dataclasses.asdict` wrote it (a stored request summary)."""
+        return cls(
+            str(raw["stage"]), str(raw["reason"]), int(str(raw["planned"])), int(str(raw["done"]))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,11 +253,12 @@ class RequestPlan:
         return dataclasses.replace(self, actual=dataclasses.replace(self.actual, **stages_ms))
 
     def _cut(self, stage: str, reason: str, done: int) -> RequestPlan:
-        """The knob `stage` sets (the rerank depth, or for any other stage the passages) cut to
-        `done`, the cut recorded under the knob's name; a knobless stage's is only recorded."""
-        if stage in _KNOBLESS:
+        """The knob `stage` sets (`_KNOBS`) cut to `done`, the cut recorded under the knob's
+        name; a stage that sets no knob has its cut only recorded."""
+        sets = _KNOBS.get(stage)
+        if sets is None:
             return dataclasses.replace(self, cuts=(*self.cuts, Cut(stage, reason, 0, 0)))
-        knob, name = ("rerank", "rerank_depth") if stage == "rerank" else ("passages", "passages")
+        knob, name = sets
         planned = getattr(self.knobs, name)
         return dataclasses.replace(
             self,

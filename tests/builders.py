@@ -19,6 +19,7 @@ from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.pipeline.planning import PlanningConfig
 from answer_service.pipeline.retrieval_steps import RetrievalConfig
 from budget.forms import AnswerMode
+from budget.stage import Stage
 from generation.client import GenerationClient
 from retrieval.embedder import Embedder
 from retrieval.index.builder import build_index
@@ -68,6 +69,7 @@ def make_pipeline(
     abstain_below: float | None = 0.0,
     answer_mode: AnswerMode = "passages",
     generation: GenerationConfig | None = None,
+    query_stages: Sequence[Stage[str, str]] = (),
     **config: Any,
 ) -> tuple[AnswerPipeline, InMemorySpanExporter]:
     """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
@@ -93,6 +95,7 @@ def make_pipeline(
             ),
             **config,
         ),
+        query_stages=query_stages,
     )
     return pipeline, exporter
 

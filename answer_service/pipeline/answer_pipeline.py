@@ -18,6 +18,7 @@ plans. No FastAPI here: `eval/` runs the same pipeline in-process.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ from answer_service.pipeline.values import (
 from budget import CacheEstimator, Deadline
 from budget.forms import FormQuality
 from budget.request_plan import RequestPlan
+from budget.stage import Stage
 from generation.client import GenerationClient
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage
@@ -144,7 +146,11 @@ class AnswerPipeline:
         answer_cache: AnswerStore | None = None,
         embeddings: EmbeddingStore | None = None,
         fleet: FleetRate | None = None,
+        query_stages: Sequence[Stage[str, str]] = (),
     ) -> None:
+        """`query_stages`: stages that turn the question into the one searched and answered
+        (a rewrite, say), run in order after admission and before retrieval; each is one more
+        stage for the runner, with its span and slice, and nothing else to wire."""
         self._retriever = retriever
         self._workers = {client.base_url: client for client in workers}
         self._tracer = tracer
@@ -174,6 +180,7 @@ class AnswerPipeline:
             self.cache,
             config.generation,
         )
+        self._query_stages = tuple(query_stages)
         self._evidence = EvidenceStage(self._forms)
         self._form_stage = FormStage(self._forms)
         self._quote = QuoteStage(self._forms.config.quote)
@@ -277,6 +284,9 @@ class AnswerPipeline:
             self.floor_probe.refused(plan.worker or self.planning.gate.least_loaded())
         if plan.route == "refuse":
             raise self._refusal(request, plan)
+        for stage in self._query_stages:
+            rewritten, plan = await run(stage, request.query, deadline, plan)
+            request = dataclasses.replace(request, query=rewritten.value)
         # Sources alone need no reranking and no reading; a quote instead reads where it can.
         retrieved, plan = await self._retrieval.run(
             retriever,
@@ -328,7 +338,7 @@ class AnswerPipeline:
         else:
             context = context_passages(retrieved.passages)
         plan = plan.with_form(choice, len(context))
-        return await self._generate(outcome, plan, retriever, retrieved, context, hard)
+        return await self._generate(outcome, request, plan, retriever, retrieved, context, hard)
 
     def _prepared(
         self,
@@ -379,6 +389,7 @@ class AnswerPipeline:
     async def _generate(
         self,
         outcome: _Outcome,
+        request: AnswerRequest,
         plan: RequestPlan,
         retriever: Retriever,
         retrieved: Retrieved,
@@ -391,7 +402,7 @@ class AnswerPipeline:
             worker = self.router.choose(ids, foreign=self._config.prompt.adopt)
             try:
                 generation, opened = await self._generation.open(
-                    outcome.request, plan, outcome.deadline, hard, context, worker, lookup
+                    request, plan, outcome.deadline, hard, context, worker, lookup
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)

@@ -33,7 +33,7 @@ from eval.commands.answers import (
 )
 from eval.commands.load import add_load_command
 from eval.commands.report import add_report_command
-from eval.commands.retrieval import HttpRanking, InProcessRanking, evaluate_retrieval
+from eval.commands.retrieval_quality import HttpRanking, InProcessRanking, evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
 from eval.lib.questions import Question, read_questions, sample
 from eval.lib.results import measured_at

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.commands.retrieval import evaluate_retrieval
+from eval.commands.retrieval_quality import evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
 from retrieval.judgments import Query
 

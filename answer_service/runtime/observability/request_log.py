@@ -141,7 +141,7 @@ class RequestSummary:
         ValueError. The fields with defaults may be missing (an older replica wrote it)."""
 
         def knobs(value: Any) -> Knobs | None:
-            return None if value is None else Knobs(**value)
+            return None if value is None else Knobs.from_json(value)
 
         ttft = data["ttft_ms"]
         quality = data["quality"]
@@ -163,7 +163,7 @@ class RequestSummary:
             initial=knobs(data["initial"]),
             stages=tuple(StageSpend(**s) for s in data["stages"]),
             queue_wait_ms=float(data["queue_wait_ms"]),
-            cuts=tuple(Cut(**c) for c in data["cuts"]),
+            cuts=tuple(Cut.from_json(c) for c in data["cuts"]),
             degraded=tuple(str(d) for d in data["degraded"]),
             mode=str(data.get("mode", "")),
             form=str(data.get("form", "")),
