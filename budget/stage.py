@@ -49,3 +49,21 @@ class Stage(Protocol[In_contra, Out_co]):
     def name(self) -> str: ...
 
     async def run(self, request: In_contra, deadline: Deadline) -> StageResult[Out_co]: ...
+
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class StageRun(Protocol):
+    """How a caller has its stages run: `run_stage` alone, or the service's `StageRunner`
+    (which spans each stage and teaches the planner's model of it)."""
+
+    async def __call__(
+        self, stage: Stage[In, Out], request: In, deadline: Deadline
+    ) -> StageResult[Out]: ...
+
+
+async def run_stage(stage: Stage[In, Out], request: In, deadline: Deadline) -> StageResult[Out]:
+    """A stage run as it is, with nothing around it."""
+    return await stage.run(request, deadline)

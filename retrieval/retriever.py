@@ -2,16 +2,21 @@
 the bounded thread pool their blocking work runs on. A request takes one retriever at its start
 and uses it to its end, so an index swapped in meanwhile never mixes into an answer.
 
-Its stages (`retrieval/stages.py`) are what the service runs; `retrieve()` chains embed and
-search for tools that want passages for a query and nothing else.
+Its stages (`retrieval/stages.py`) are what the service's answers run, each through the
+service's runner; `retrieve()` is the one entry point for everything else that wants the
+passages of a query (the retrieve API, the warm-up's calibration, the eval tools): it embeds
+where the mode needs a vector (or where asked) and searches, each stage run by the caller's
+`run` (directly, or the service's runner).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from budget import Deadline
-from retrieval.embedder import Embedder
+from budget.stage import StageRun, run_stage
+from retrieval.embedder import Embedder, Vectors
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import SearchDepth
 from retrieval.index.loaded import LoadedIndex
@@ -23,6 +28,16 @@ from retrieval.search.modes import build_searchers
 from retrieval.sentences.reader import Reader, ReadMix
 from retrieval.sentences.scorer import ScorerWeights, SentenceScorer
 from retrieval.stages import EmbedStage, ReadStage, RerankStage, SearchStage, SentenceStage
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What `Retriever.retrieve` found, with the query's embedding where it made one."""
+
+    passages: list[ScoredPassage]
+    vector: Vectors | None
+    embed_ms: float
+    search_ms: float
 
 
 class Retriever:
@@ -123,14 +138,20 @@ class Retriever:
         *,
         mode: str,
         depth: SearchDepth | None = None,
-    ) -> list[ScoredPassage]:
-        """The top `k` passages for `query` in `mode` (embedding it where the mode needs)."""
+        vector: Vectors | None = None,
+        embed: bool = False,
+        run: StageRun = run_stage,
+    ) -> Found:
+        """The top `k` passages for `query` in `mode`. `vector`: the query's embedding where
+        the caller has it; `embed`: embed the query though the mode needs no vector (a caller
+        that scores sentences with it)."""
         search = self.search_stage(mode)
-        vector = (
-            (await self.embed.run(query, deadline)).value if search.searcher.needs_vector else None
-        )
-        found = await search.run(SearchRequest(query, vector, k, depth), deadline)
-        return found.value
+        embed_ms = 0.0
+        if vector is None and (embed or search.searcher.needs_vector):
+            embedded = await run(self.embed, query, deadline)
+            vector, embed_ms = embedded.value, embedded.elapsed_ms
+        found = await run(search, SearchRequest(query, vector, k, depth), deadline)
+        return Found(found.value, vector, embed_ms, found.elapsed_ms)
 
     def close(self) -> None:
         self._pool.close()

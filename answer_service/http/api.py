@@ -75,7 +75,6 @@ from answer_service.runtime.configs import SHIPPED, Experiment
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from retrieval.errors import RetrievalTimeoutError
-from retrieval.search.base import SearchRequest
 
 logger = logging.getLogger(__name__)
 
@@ -199,14 +198,8 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
     if mode not in retriever.modes():
         raise InvalidRequestError(f"the index offers no {mode!r} retrieval: {retriever.modes()}")
     deadline = Deadline.after_ms(settings.default_ttft_budget_ms * settings.ttft_timeout_factor)
-    search = retriever.search_stage(mode)
     try:
-        vector = (
-            await retriever.embed.run(query, deadline) if search.searcher.needs_vector else None
-        )
-        found = await search.run(
-            SearchRequest(query, vector.value if vector else None, body.top_k), deadline
-        )
+        found = await retriever.retrieve(query, body.top_k, deadline, mode=mode)
     except RetrievalTimeoutError as exc:
         raise StageTimeoutError(str(exc)) from exc
     passages = [
@@ -217,9 +210,9 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
             score=p.score,
             text=p.passage.text,
         )
-        for p in found.value
+        for p in found.passages
     ]
-    timings = {"embed": vector.elapsed_ms if vector else 0.0, "search": found.elapsed_ms}
+    timings = {"embed": found.embed_ms, "search": found.search_ms}
     return RetrieveOut(mode=mode, passages=passages, timings_ms=timings)
 
 

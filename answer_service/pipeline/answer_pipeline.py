@@ -255,9 +255,7 @@ class AnswerPipeline:
         if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
             cache_key = self.answer_cache.key(request.query, request.top_k, mode)
             hit = (
-                await self._runner.run_unplanned(
-                    AnswerCacheStage(self.answer_cache), cache_key, hard
-                )
+                await self._runner.measure(AnswerCacheStage(self.answer_cache), cache_key, hard)
             ).value
             root.set_attribute("answer.cache_hit", hit is not None)
         plan = self.planning.start(

@@ -51,12 +51,12 @@ class StageRunner:
         span.end()
         return result, plan
 
-    async def run_unplanned(
+    async def measure(
         self, stage: Stage[In, Out], request: In, deadline: Deadline
     ) -> StageResult[Out]:
-        """A stage that runs before the request has a plan (the answer cache's lookup, whose
-        answer decides whether the request counts as an arrival at all): timed and spanned the
-        same way; no planner model learns from it."""
+        """A stage run outside a request's plan, timed, spanned and teaching the planner's
+        model the same way: the answer cache's lookup (whose answer decides whether a request
+        counts as an arrival at all) and the warm-up's calibration (`budget.stage.StageRun`)."""
         span = self._tracer.start_span(
             stage.name, attributes={"answer.stage.budget_ms": deadline.remaining_ms()}
         )
@@ -64,6 +64,7 @@ class StageRunner:
             result = await stage.run(request, deadline)
             span.set_attributes(dict(result.attributes))
             span.set_attribute("answer.stage.elapsed_ms", result.elapsed_ms)
+        self._observe(stage.name, result, "")
         return result
 
     async def start(
@@ -97,10 +98,15 @@ class StageRunner:
         span.set_attribute("answer.stage.elapsed_ms", result.elapsed_ms)
         if result.cut is not None:
             span.set_attribute("answer.degraded", result.cut.reason)
-        planned = _planned(stage.name)
+        self._observe(stage.name, result, worker)
+        return result, plan.after(stage.name, result), span
+
+    def _observe(self, name: str, result: StageResult[object], worker: str) -> None:
+        """A planned stage's work and time teach its model (a cache hit or a skip, no work,
+        teaches nothing)."""
+        planned = _planned(name)
         if planned is not None and result.work is not None:
             self._observer.observe(planned, result.work, result.elapsed_ms, worker)
-        return result, plan.after(stage.name, result), span
 
 
 def _planned(name: str) -> StageName | None:

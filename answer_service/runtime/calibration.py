@@ -22,12 +22,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opentelemetry import trace
+
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.probe import first_token_of, time_first_token
+from answer_service.pipeline.stage_runner import StageRunner
 from answer_service.pipeline.values import context_passages
 from budget import Deadline
 from budget.concurrency import SlotChoice, slots_from_timings
 from budget.planner import PlanInput, query_tokens
+from budget.stage import StageRun
 from generation.client import GenerationClient
 from generation.errors import GenerationError
 from generation.prefix_order import PrefixTree
@@ -36,7 +40,6 @@ from retrieval.errors import RetrievalError
 from retrieval.passage import Passage, ScoredPassage
 from retrieval.rerank.base import RerankRequest
 from retrieval.retriever import Retriever
-from retrieval.search.base import SearchRequest
 from retrieval.stages import SentenceRequest
 
 logger = logging.getLogger(__name__)
@@ -112,23 +115,27 @@ async def calibrate_rerank(
     if stage is None:
         return False
     deadline = Deadline.after_ms(config.timeout_s * 1000.0)
+    runner = _runner(planning)
+    mode = retriever.serving_mode(config.mode)
     try:
         async with asyncio.timeout(config.timeout_s):
-            search = retriever.search_stage(retriever.serving_mode(config.mode))
             for query in _queries(_sampled(retriever, min(config.queries, 3))):
-                vector = (await retriever.embed.run(query, deadline)).value
                 depth = max(config.rerank_depths)
-                found = (await search.run(SearchRequest(query, vector, depth), deadline)).value
+                found = await retriever.retrieve(query, depth, deadline, mode=mode)
                 for n in config.rerank_depths:
-                    request = RerankRequest(query, found[:n], min(n, 5), vector)
-                    ranked = await stage.run(request, deadline)
-                    if ranked.cut is None:
-                        planning.observe("rerank", float(ranked.work or n), ranked.elapsed_ms)
+                    request = RerankRequest(query, found.passages[:n], min(n, 5), found.vector)
+                    await runner.measure(stage, request, deadline)
     except (TimeoutError, RetrievalError) as exc:
         logger.warning("rerank calibration cut short, it keeps its prior error=%s", exc)
     settled = planning.models.model("rerank").settle()
     logger.info("rerank calibrated here=%s model=%s", settled, stage.reranker.name)
     return settled
+
+
+def _runner(planning: RequestPlanning) -> StageRunner:
+    """The requests' runner: each stage timed here teaches the planner's model of it as a
+    request's would (the warm-up's spans go nowhere)."""
+    return StageRunner(trace.NoOpTracer(), planning)
 
 
 def _sampled(retriever: Retriever, count: int) -> list[Passage]:
@@ -169,22 +176,20 @@ async def _measure(
     prompts: PromptStage | None,
 ) -> None:
     passages = _sampled(retriever, config.queries)
-    search = retriever.search_stage(retriever.serving_mode(config.mode))
+    mode = retriever.serving_mode(config.mode)
+    run = _runner(planning).measure
     for query in _queries(passages):
-        embedded = await retriever.embed.run(query, deadline)
-        planning.observe("embed", float(query_tokens(query)), embedded.elapsed_ms)
-        found = None
+        vector = (await run(retriever.embed, query, deadline)).value
+        found: list[ScoredPassage] = []
         for depth in config.search_depths:
-            result = await search.run(SearchRequest(query, embedded.value, depth), deadline)
-            planning.observe("search", float(depth), result.elapsed_ms)
-            found = found or result.value
-        if found:
-            scored = await retriever.sentences.run(
-                SentenceRequest(query, embedded.value, found[:5]), deadline
+            result = await retriever.retrieve(
+                query, depth, deadline, mode=mode, vector=vector, run=run
             )
-            planning.observe("sentences", float(scored.work or 0), scored.elapsed_ms)
+            found = found or result.passages
+        if found:
+            await run(retriever.sentences, SentenceRequest(query, vector, found[:5]), deadline)
             if prompts is not None:
-                await _time_prompts(planning, prompts, query, found, config, deadline)
+                await _time_prompts(run, prompts, query, found, config, deadline)
     text = " ".join(p.text for p in passages).split()
     for worker in workers:
         for size in config.prompt_words:
@@ -204,7 +209,7 @@ async def _measure(
 
 
 async def _time_prompts(
-    planning: RequestPlanning,
+    run: StageRun,
     prompts: PromptStage,
     query: str,
     found: Sequence[ScoredPassage],
@@ -217,8 +222,7 @@ async def _time_prompts(
     for most in config.prompt_passages:
         if most > len(context):
             break
-        laid = await prompts.run(PromptRequest(query, context, most, PrefixTree()), deadline)
-        planning.observe("prompt", float(laid.work or most), laid.elapsed_ms)
+        await run(prompts, PromptRequest(query, context, most, PrefixTree()), deadline)
 
 
 async def measure_slots(

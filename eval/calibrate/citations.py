@@ -68,7 +68,7 @@ async def retrieve_all(
     for question in tqdm(questions, desc="retrieve", unit="question", disable=not progress):
         deadline = Deadline.after_ms(30_000)
         found = await retriever.retrieve(question.question, k + 1, deadline, mode="hybrid")
-        out.append(Retrieved(question, tuple(found)))
+        out.append(Retrieved(question, tuple(found.passages)))
     return out
 
 

@@ -127,9 +127,10 @@ async def rank_question(
 ) -> QuestionRanks:
     """The question's hybrid top `candidates`, and its order after reranking each depth."""
     text = question.question
-    hybrid = await retriever.retrieve(
+    found = await retriever.retrieve(
         text, candidates, Deadline.after_ms(_STEP_BUDGET_MS), mode="hybrid"
     )
+    hybrid = found.passages
     by_depth = {}
     for depth in depths:
         if depth == 0:

@@ -21,7 +21,6 @@ from eval.lib.questions import Question, read_questions
 from eval.lib.splits import Part, squad_part_of
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.retriever import Retriever
-from retrieval.search.base import SearchRequest
 from retrieval.sentences.scorer import Candidate, ScorerWeights, candidates, feature_matrix
 
 
@@ -46,10 +45,11 @@ async def examples_of(
     extra = 3 if leave_out_gold else 0
     for question in questions:
         deadline = Deadline.after_ms(60_000)
-        vector = (await retriever.embed.run(question.question, deadline)).value
-        search = retriever.search_stage("hybrid")
-        request = SearchRequest(question.question, vector, top_k + extra)
-        hits = (await search.run(request, deadline)).value
+        retrieved = await retriever.retrieve(
+            question.question, top_k + extra, deadline, mode="hybrid", embed=True
+        )
+        hits, vector = retrieved.passages, retrieved.vector
+        assert vector is not None
         if leave_out_gold:
             hits = [h for h in hits if h.passage.doc_id != question.gold_passage_id][:top_k]
         rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]

@@ -41,7 +41,6 @@ from retrieval.passage import ScoredPassage
 from retrieval.relevance import binary_qrels, doc_ranking, score_rankings
 from retrieval.rerank.sentence import PassageMix, passage_scores
 from retrieval.retriever import Retriever
-from retrieval.search.base import SearchRequest
 from retrieval.sentences.quote import read_quote_config, select_quote
 from retrieval.sentences.scorer import (
     Candidate,
@@ -75,9 +74,11 @@ async def claims_of(
     out = []
     for claim_id in ids:
         deadline = Deadline.after_ms(60_000)
-        vector = (await retriever.embed.run(texts[claim_id], deadline)).value
-        search = retriever.search_stage("hybrid")
-        hits = (await search.run(SearchRequest(texts[claim_id], vector, depth), deadline)).value
+        retrieved = await retriever.retrieve(
+            texts[claim_id], depth, deadline, mode="hybrid", embed=True
+        )
+        hits, vector = retrieved.passages, retrieved.vector
+        assert vector is not None
         rows = [(retriever.index.row_of(h.passage.passage_id), h.passage) for h in hits]
         found = candidates(store, rows, retriever.index.passage)
         features = feature_matrix(texts[claim_id], vector, found, store)

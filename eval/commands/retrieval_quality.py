@@ -38,7 +38,7 @@ class InProcessRanking:
     async def rank(self, query: str, mode: str, depth: int) -> list[str]:
         deadline = Deadline.after_ms(_PER_QUERY_BUDGET_MS)
         found = await self._retriever.retrieve(query, depth, deadline, mode=mode)
-        return list(dict.fromkeys(p.passage.doc_id for p in found))
+        return list(dict.fromkeys(p.passage.doc_id for p in found.passages))
 
 
 class HttpRanking:

@@ -215,7 +215,9 @@ async def _retrieve_all(
     found = {}
     for judgment in judgments:
         deadline = Deadline.after_ms(_SEARCH_TIMEOUT_MS)
-        found[judgment.query_id] = await retriever.retrieve(judgment.query, k, deadline, mode=mode)
+        found[judgment.query_id] = (
+            await retriever.retrieve(judgment.query, k, deadline, mode=mode)
+        ).passages
     return found
 
 

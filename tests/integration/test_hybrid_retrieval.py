@@ -47,7 +47,7 @@ async def _doc_recall_at_10(retriever: Retriever, subset: Subset, mode: str) -> 
     recalls = []
     for query_id, text in subset.queries.items():
         found = await retriever.retrieve(text, 40, Deadline.after_ms(30_000), mode=mode)
-        docs = list(dict.fromkeys(p.passage.doc_id for p in found))[:10]
+        docs = list(dict.fromkeys(p.passage.doc_id for p in found.passages))[:10]
         relevant = subset.qrels[query_id]
         recalls.append(len(set(docs) & relevant) / len(relevant))
     return statistics.fmean(recalls)
