@@ -5,8 +5,8 @@ context size. This model gives each request its own: a logistic model per config
 trained on (a form at a context size) over features of the first pass (the best sentence's
 probability and its margin over the second, the chance the sources answer at all, how much of
 the question the best sentence holds, the question's length and kind). Learned by
-`python -m eval.calibrate.form_choice` on the planner-training part of the committed split,
-from the same questions answered in each configuration. Sizes it was not trained on expect
+`eval.calibrate.form_choice` (removed in issue 39, last at 51f22ed) on the planner-training part
+of the committed split, from the same questions answered in each configuration. Sizes it was not trained on expect
 nothing, so the planner never picks them; a form it has no model for keeps the curves' values.
 """
 
@@ -112,8 +112,8 @@ class QueryQuality:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any], fallback: FormQuality) -> QueryQuality:
-        """The `configurations` of a file `eval.calibrate.form_choice` wrote (ValueError,
-        KeyError or TypeError when it is not one)."""
+        """The `configurations` of a file the removed `eval.calibrate.form_choice` wrote
+        (ValueError, KeyError or TypeError when it is not one)."""
         if tuple(raw.get("features", ())) != FEATURES:
             raise ValueError(f"a per-query model must be over {FEATURES}")
         entries = raw.get("configurations")

@@ -1,9 +1,11 @@
 """The stage interface: a typed input and its deadline slice in, a `StageResult` out.
 
-Every stage of an answer (embed, search, rerank, sentence selection, prompt, generate) has this
-shape, whatever package implements it; one runner in the service times it, records its span and
-the planner's observation, and applies its cut. A stage that cannot finish in its slice either
-gives back what it has with a `cut` saying what it left undone, or raises its package's timeout.
+Every step of an answer (cache, embed, search, rerank, sentences, read, evidence, form, quote,
+slot, prompt, generate, first_token) has this shape, whatever package implements it; one runner
+in the service times it, records its span and the planner's observation, and hands the result,
+cut included, to `RequestPlan.after` for the next plan. A stage that cannot finish in its slice
+either gives back what it has with a `cut` saying what it left undone, or raises its package's
+timeout.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class EmbedderConfig:
     # memory for every input shape it has run (about 2.5 MiB per sequence length for MiniLM on
     # the CPU, whatever the allocator), so unpadded queries grew the service's memory with each
     # new length; buckets bound the shapes to max_seq_length / pad_to_multiple_of
-    # (docs/benchmarks/embed-shape-buckets.json).
+    # (docs/benchmarks/embed-shape-buckets.json, removed with its benchmark, last at 51f22ed).
     pad_to_multiple_of: int = 16
     # `warm_up()` runs the buckets up to this many tokens once, so the usual questions meet no
     # new shape while serving (the 8,976 SQuAD, NQ-open and SciFact questions here are all

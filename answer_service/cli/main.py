@@ -62,7 +62,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings(**overrides)  # type: ignore[arg-type]
     if args.gil_switch_ms is not None:
         # How long a thread holding the GIL (prompt rendering, planning, span export) may keep
-        # the event loop's thread waiting before it must let go (eval/bench/refusal_latency.py).
+        # the event loop's thread waiting before it must let go (measured by
+        # eval/bench/refusal_latency.py, removed in issue 39, last at 51f22ed).
         sys.setswitchinterval(args.gil_switch_ms / 1000.0)
     uvicorn.run(
         create_app(settings),
@@ -75,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
         # a request just sent on it, which then fails before any response.
         timeout_keep_alive=args.keep_alive_s,
         # libuv's event loop and the C HTTP parser: a refusal, which is mostly HTTP, takes
-        # less time than on asyncio's loop and h11 (eval/bench/refusal_latency.py).
+        # less time than on asyncio's loop and h11 (the same removed benchmark).
         loop=args.server,
         http="httptools" if args.server == "uvloop" else "h11",
     )

@@ -53,8 +53,8 @@ def read_form_curves(path: Path | None = None) -> QualityCurves:
 
 
 def read_form_choice(curves: FormQuality, path: Path | None = None) -> QueryQuality:
-    """The per-query form model (`python -m eval.calibrate.form_choice`) over `curves`: the
-    file given, or the one shipped for the default model."""
+    """The per-query form model over `curves` (fitted by `eval.calibrate.form_choice`, removed
+    in issue 39, last at 51f22ed): the file given, or the one shipped for the default model."""
     try:
         text = (
             path.read_text(encoding="utf-8")

@@ -38,7 +38,8 @@ from retrieval.sentences.scorer import ScorerWeights
 # A query's depth in an approximate index (exact search ignores it): IVF lists visited and
 # HNSW candidates. On 100,000 SciFact-based vectors they reach recall@10 0.908 and 0.985 of
 # exact search in under 0.2 ms, where rerank costs hundreds (eval/results/stage-costs.json,
-# docs/retrieval.md#stage-costs); `python -m eval.bench.stage_costs` measures other depths.
+# docs/retrieval.md#stage-costs; measured by eval.bench.stage_costs, removed in issue 39, last
+# at 51f22ed).
 SEARCH_DEPTH = SearchDepth(nprobe=16, ef_search=64)
 
 
@@ -48,7 +49,8 @@ class Experiment:
     docs/answers.md or docs/prefix-reuse.md)."""
 
     # Passage order: cache_aware continues the prefix SGLang most likely holds
-    # (generation/prefix_order.py); `python -m eval.bench.prefix_reuse` compares the layouts.
+    # (generation/prefix_order.py); eval.bench.prefix_reuse compared the layouts
+    # (removed in issue 39, last at 51f22ed; docs/prefix-reuse.md).
     prompt_layout: PromptLayout = "cache_aware"
     # cache_aware only: places that may go to passages ranked just below top_k (slack), or to
     # passages another question put on a remembered prefix (adopt); neither paid for itself.
@@ -65,14 +67,16 @@ class Experiment:
     # where it raised recall; it made focused excerpts' answers worse (docs/answers.md).
     copy_bias: Mapping[str, float] = field(default_factory=lambda: {"passages": 4.0})
     # Sentences on each side of a chosen one in a focused excerpt: without them answers came
-    # faster but worse (eval/results/generation-variants-neighbours.json, docs/answers.md).
+    # faster but worse (generation-variants-neighbours.json, removed in issue 39, last at
+    # 51f22ed; docs/answers.md).
     focused_neighbours: int = 1
     # Reread the scorer's best sentences with the learned cross-encoder where the scorer is in
     # doubt (docs/answers.md; off: the scorer's order, as `answers-quote-no-reader.json` ran).
     sentence_reader: bool = True
     # What `auto` expects of each form: the curves, or the per-query model over them
-    # (budget/query_quality.py, `python -m eval.calibrate.form_choice`; `form_choice_file`,
-    # default the one shipped), which did not beat the curves (docs/planner.md).
+    # (budget/query_quality.py, fitted by eval.calibrate.form_choice, removed in issue 39, last
+    # at 51f22ed; `form_choice_file`, default the one shipped), which did not beat the curves
+    # (docs/planner.md).
     form_quality: Literal["curves", "per_query"] = "curves"
     form_choice_file: Path | None = None
     # Over several workers (`sglang_workers`): `prefix` sends a prompt where its passages were

@@ -2,7 +2,7 @@
 (typically a symlink that the deployment flips with an atomic rename), and the service opens
 it beside the old one, swaps it in between requests, and closes the old one once the requests
 that started on it have had time to finish. No request is dropped; a request under way keeps
-the index it started with (answer_service/pipeline/retrieval_stage.py).
+the index it started with (answer_service/pipeline/retrieval_steps.py).
 
 The watcher compares the resolved path and the manifest every `index_watch_s`. A directory
 that cannot be opened (half-written, another embedder) is logged and the old index kept.

@@ -6,7 +6,7 @@
 - TTFT percentiles (nearest rank) by tenant tier, prompt-length bucket and cache status: a
   prompt is a cache `hit` when SGLang served at least half of its tokens from its prefix cache.
 - The prefix cache's share of prompt tokens per SGLang worker.
-- The answer forms (runtime/form_labels.py) over the last 15 minutes: answers per form and per
+- The answer forms (form_labels.py) over the last 15 minutes: answers per form and per
   `answer_mode` asked, how they ended, the repetition stops, and the unsupported-sentence rate:
   sentences no source supports per model-served answer (`unsupported_rate`), and the share of
   model-served answers with at least one (`unsupported_answer_share`). TTFT is also split into

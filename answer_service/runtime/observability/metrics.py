@@ -5,7 +5,7 @@ stage timings and cuts, by stage; the cached-token counters by SGLang worker, so
 share per worker is `rate(answer_cached_tokens_total[5m]) / rate(answer_prompt_tokens_total[5m])`
 and SLO attainment `rate(answer_ttft_budget_total{met="true"}[5m])` over all of it.
 
-Answer forms (runtime/form_labels.py): `answer_forms_total{tier, mode, form}` counts answers by
+Answer forms (form_labels.py): `answer_forms_total{tier, mode, form}` counts answers by
 the form that gave them and the `answer_mode` asked for, `answer_finish_total{tier, reason}` how
 they ended, `answer_unsupported_sentences_total{tier}` the sentences no source supports, and
 `answer_form_ttft_seconds{tier, form}` times the first token per form, so a quote's milliseconds
