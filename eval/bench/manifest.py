@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from eval.lib.paths import REPO_ROOT
+from eval.lib.data import REPO_ROOT
 
 MANIFEST = REPO_ROOT / "docs" / "benchmarks" / "manifest.json"
 README = REPO_ROOT / "docs" / "benchmarks" / "README.md"

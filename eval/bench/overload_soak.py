@@ -42,8 +42,8 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from eval.lib.data import SQUAD_DIR
 from eval.lib.latency_stats import percentiles
-from eval.lib.paths import SQUAD_DIR
 from eval.lib.stack import ServiceProcess, free_port, service_environment
 from eval.lib.wire_timing import Exchange, LoopbackCapture, exchanges
 

@@ -9,8 +9,7 @@ Configurations (each a separate `answer-service serve`; the fixed ones with `ANS
 and the answer form and passage count set): `passages-5`, `passages-3`, `passages-1` (the model
 over whole passages), `focused-2` (over the best sentences of two passages), `quote` (no model);
 `planner`: `ANSWER_PLANNER=true`, `ANSWER_MODE=auto`, up to 5 passages, the shipped form
-quality. (`planner-per-query`, with `ANSWER_FORM_QUALITY=per_query`, went with that setting;
-issue 39, README.md Changelog.)
+quality.
 
 The questions are those of the evaluation part of the committed SQuAD split, answerable ones,
 in one seeded order. A seeded `--removed-share` of their gold passages (one in five by default)
@@ -23,13 +22,7 @@ planner-training part are asked one at a time with a generous budget (never meas
 finished (SLO, configuration, rate) is checkpointed beside the output, so a rerun resumes. The
 metrics are defined in `eval/lib/metrics.py`.
 
-The result: `{"runs": [{"slo_ms", "commit", "rates", "configurations": {name: {"per_rate":
-{"<rate>": {"quality_within_slo", "attainment", "answer_recall", "abstention", "refused",
-"arrivals", "mode_mix", ...}}}}, "comparison": {"<rate>": {"envelope", "best_fixed",
-"oracle", "oracle_headroom", "planner", "planner_vs_best_fixed"}}}, ...]}` with the common keys
-of `eval/lib/results.py`; the per-arrival lines under `requests` (split off beside it by
-`python -m eval.lib.records`): `{"slo_ms", "config", "rate", "arrival", "question_id",
-"correct", "within_slo", "form", ...}`.
+The result file's keys: docs/evaluation.md#result-files.
 """
 
 from __future__ import annotations
@@ -53,6 +46,7 @@ from typing import Any, TypeVar
 from eval.calibrate.citations import corpus_without
 from eval.commands.main import index_of
 from eval.lib.checkpoint import RunCheckpoint
+from eval.lib.data import SQUAD_DIR, squad_part_of
 from eval.lib.latency_stats import LevelRun
 from eval.lib.load_engine import (
     DedicatedClients,
@@ -65,10 +59,8 @@ from eval.lib.load_engine import (
     send_request,
 )
 from eval.lib.metrics import Arrival, Gold, judged_level, level_quality, rate_comparison
-from eval.lib.paths import SQUAD_DIR
 from eval.lib.questions import Question, read_questions
 from eval.lib.results import measured_at, write_result
-from eval.lib.splits import squad_part_of
 from eval.lib.stack import (
     ServiceProcess,
     SGLangStack,

@@ -27,11 +27,10 @@ from answer_service.runtime.settings import Settings
 from budget.forms import AnswerForm
 from eval.commands.answers import Ask, in_process_answering
 from eval.commands.main import index_of
+from eval.lib.data import SQUAD_DIR, shared, squad_part_of
 from eval.lib.metrics import answer_recall, strip_citations
-from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.questions import Question, read_questions
 from eval.lib.results import measured_at, write_result
-from eval.lib.splits import squad_part_of
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 
 CURVES = Path(__file__).resolve().parents[2] / "answer_service" / "pipeline" / "form_curves.json"

@@ -32,9 +32,9 @@ from tqdm import tqdm
 
 from budget import Deadline
 from eval.commands.main import index_of
+from eval.lib.data import SQUAD_DIR
 from eval.lib.latency_stats import percentiles
 from eval.lib.metrics import answer_recall
-from eval.lib.paths import SQUAD_DIR
 from eval.lib.questions import Question, read_questions, sample
 from eval.lib.results import write_result
 from retrieval.corpus import corpus_checksum

@@ -15,10 +15,9 @@ import numpy.typing as npt
 
 from budget import Deadline
 from eval.commands.main import index_of
+from eval.lib.data import SQUAD_DIR, Part, shared, squad_part_of
 from eval.lib.metrics import answer_recall
-from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.questions import Question, read_questions
-from eval.lib.splits import Part, squad_part_of
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.retriever import Retriever
 from retrieval.sentences.scorer import Candidate, ScorerWeights, candidates, feature_matrix

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from eval.calibrate.sentence_examples import examples_of, part_questions, retriever_for
-from eval.lib.paths import SQUAD_DIR, shared
+from eval.lib.data import SQUAD_DIR, shared
 from retrieval.sentences.reader import ADAPTER_FILE, ReaderMeta, pair_text, write_adapter
 from retrieval.sentences.scorer import ScorerWeights, SentenceModel
 

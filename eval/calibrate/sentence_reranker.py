@@ -10,9 +10,7 @@ candidates' sentences scored by the shipped scorer (trained on SQuAD, never on S
 each passage given `best x its best sentence + second x its second + rank / (1 + its place)`.
 The mix is chosen on the scorer-training claims by nDCG@10 and measured on the evaluation
 claims, whose relevant abstracts no training claim shares. It writes the mix the service loads
-(`--mix`). (Its `--reader` option, which measured the SQuAD sentence reader as a further
-term and shipped nothing, was removed (last at 51f22ed); eval/results/sentence-reranker.json
-still holds what it measured.)
+(`--mix`).
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ import numpy.typing as npt
 
 from budget import Deadline
 from eval.commands.main import index_of
-from eval.lib.paths import SCIFACT_DIR, shared
+from eval.lib.data import SCIFACT_DIR, Part, scifact_claims, shared
 from eval.lib.results import write_result
-from eval.lib.splits import Part, scifact_claims
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.judgments import read_qrels, read_queries
 from retrieval.passage import ScoredPassage

@@ -8,17 +8,15 @@ indexes it; every question is retrieved for (hybrid, top `--top-k`), and each se
 retrieved passages is a training example, labelled by whether it holds a gold answer string
 (SQuAD normalisation). A logistic model is fitted on the scorer-training articles; the quote's
 selection and the abstention threshold are chosen on the same articles; everything is then
-measured on the evaluation articles, beside a naive picker (IDF-weighted word overlap) on the same candidates.
-The scorer is trained to put the answering sentence first among a question's candidates, then
-calibrated to a probability (see retrieval/sentences/scorer.py).
+measured on the evaluation articles, beside a naive picker (IDF-weighted word overlap). The
+scorer puts the answering sentence first, calibrated to a probability (retrieval/sentences/scorer.py).
 Abstention reads the answerable model (retrieval/sentences/answerable.py): each training
 question is asked again as if its own gold document were not in the index (the rest of its
 article, which resembles it most, stays), and a logistic model learns from the first pass
 whether the quote holds a gold answer. Its threshold answers the most questions right when
 `--unanswerable-share` of them (one in five, as the planner benchmark asks) cannot be answered
 from the corpus, abstaining there being right, with no more than `--max-false-abstention` of the
-answerable ones whose answer was retrieved refused. The best sentence's probability is measured
-the same way beside it.
+answerable ones whose answer was retrieved refused (the best sentence's probability beside it).
 Then the sentence reader (retrieval/sentences/reader.py, learned by
 `python -m eval.calibrate.sentence_reader`) is mixed in (eval/calibrate/read_mix.py): where
 and how much it reads and how much its score counts, fitted on its out-of-fold scores of the
@@ -49,8 +47,8 @@ from scipy.optimize import minimize  # type: ignore[import-untyped]
 from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, selection
 from eval.calibrate.read_mix import OutOfFold, fit_reader, frontier, live, lookup, reread_all
 from eval.calibrate.sentence_examples import Example, examples_of, part_questions, retriever_for
+from eval.lib.data import SQUAD_DIR, shared
 from eval.lib.metrics import answer_recall
-from eval.lib.paths import SQUAD_DIR, shared
 from eval.lib.results import write_result
 from retrieval.sentences.answerable import AnswerableModel, answerable_features, fit_answerable
 from retrieval.sentences.quote import QuoteConfig, select_quote

@@ -8,34 +8,7 @@ Open loop sends Poisson arrivals at each rate; closed loop keeps C requests in f
 finished level is checkpointed, so rerunning an interrupted command skips the levels it has.
 The definitions of the metrics are in `eval/lib/latency_stats.py`.
 
-The result (the common keys are written by `eval/lib/results.py`):
-
-    {
-      "command": "load",
-      "metrics": {
-        "rates": [                      # closed loop: "concurrency": [...], each with "concurrency"
-          {"rate": R, "arrivals", "sent", "ok", "errored", "rejected", "timeouts",
-           "dropped_by_client", "slo_attainment", "offered_rps", "throughput_rps", "elapsed_s",
-           "ttft_ms": {"count", "p50", "p90", "p95", "p99", "mean"},   # client-side
-           "server_ttft_ms": {same keys},                             # from the `done` event
-           "itl_ms": {"count", "p50", "p95", "mean"},
-           "e2e_ms": {"count", "p50", "p95", "p99", "mean"},
-           "prompt_tokens", "cached_tokens", "cached_token_share",
-           "stage_p50_ms": {"embed", "search", "rerank", "prompt", "generate"},
-           "schedule_lag_ms": {"p50", "p99", "max"}},                 # open loop only
-          ...],
-        "goodput_rps": x,               # highest rate with slo_attainment >= 0.9, else 0.0
-        "slo_ms": T},
-      "config": {...}, "dataset": {"questions_file", "questions", "questions_asked"},
-      "versions": {...}, "timestamp": "...",
-      "requests": [{"question_id", "status", "rate_rps", "concurrency", "start_offset_s",
-                    "planned_offset_s", "http_status", "error_code", "client_ttft_ms",
-                    "server_ttft_ms", "e2e_ms", "itl_ms": [...], "prompt_tokens",
-                    "cached_tokens", "completion_tokens", "outcome", "stages_ms": {...},
-                    # only where set: from `done`, the `plan` event, and --keep-answers
-                    "passages_in_prompt", "form", "plan_planner", "plan_rerank_depth", "plan_passages",
-                    "plan_retrieve_k", "plan_cuts": [...], "answer"}, ...]
-    }
+The result file's keys: docs/evaluation.md#result-files.
 
 `status` is one of ok, error, rejected (429/503 with Retry-After), timeout, dropped (over the
 client's in-flight cap, never sent).

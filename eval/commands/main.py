@@ -35,10 +35,10 @@ from eval.commands.load import add_load_command
 from eval.commands.report import add_report_command
 from eval.commands.retrieval_quality import HttpRanking, InProcessRanking, evaluate_retrieval
 from eval.lib.checkpoint import RunCheckpoint
+from eval.lib.data import PARTS, squad_part_of
 from eval.lib.questions import Question, read_questions, sample
 from eval.lib.results import measured_at
 from eval.lib.results import write_result as _write
-from eval.lib.splits import PARTS, squad_part_of
 from retrieval.corpus import corpus_checksum
 from retrieval.embedder import DEFAULT_EMBEDDER, EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.errors import RetrievalError

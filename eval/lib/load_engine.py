@@ -16,15 +16,12 @@ shuffle); level i of n starts at question i x len/n, so no level asks what an ea
 asked (that answer would come from SGLang's prefix cache and flatter the later level).
 
 Each request in flight holds a keep-alive connection of its own (`DedicatedClients`), so it
-never waits for one on the client side (one `httpx.AsyncClient` and its pool made requests
-queue for a connection at high rates). No redirects, no
-proxies from the environment: the requests go to the given URL and nowhere else. Client TTFT
-runs from the moment a request is handed to its client to the first `token` event. A `plan`
-event's choices (rerank depth, passages, retrieval depth, cuts) and the `done` event's answer
-form are kept in the record; the
-answer text (the `token` events joined) only with `LoadConfig.keep_answers`, for scoring.
-Other events (`citation`, ...) are ignored. The statistics over the records are in
-`eval/lib/latency_stats.py`.
+never queues for one on the client side. No redirects, no proxies from the environment: the
+requests go to the given URL and nowhere else. Client TTFT runs from the moment a request is
+handed to its client to the first `token` event. A `plan` event's choices (rerank depth,
+passages, retrieval depth, cuts) and the `done` event's answer form are kept in the record; the
+answer text (the `token` events joined) only with `LoadConfig.keep_answers`, for scoring. Other
+events (`citation`, ...) are ignored. The statistics are in `eval/lib/latency_stats.py`.
 """
 
 from __future__ import annotations

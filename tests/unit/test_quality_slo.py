@@ -16,6 +16,7 @@ from eval.bench.planner_quality_slo import (
     planned_arrivals,
     workload,
 )
+from eval.lib.data import squad_articles
 from eval.lib.latency_stats import RequestRecord, Status
 from eval.lib.load_engine import level_questions, poisson_arrivals
 from eval.lib.metrics import (
@@ -27,7 +28,6 @@ from eval.lib.metrics import (
     paired_gain,
     rate_comparison,
 )
-from eval.lib.splits import squad_articles
 from eval.lib.stack import service_environment
 
 SLO = 500.0

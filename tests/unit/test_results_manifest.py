@@ -18,7 +18,7 @@ from eval.bench.manifest import (
     recorded_commit,
     tables,
 )
-from eval.lib.paths import REPO_ROOT
+from eval.lib.data import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
