@@ -48,11 +48,15 @@ def test_spans_are_exported_to_the_configured_collector(
     assert sorted(span.name for span in spans) == [
         "answer",
         "embed",
+        "evidence",
+        "first_token",
+        "form",
         "generate",
         "prompt",
         "read",
         "search",
         "sentences",
+        "slot",
     ]
     service_names = {
         attribute.value.string_value

@@ -18,11 +18,11 @@ sum(rate(answer_forms_total{form=~"focused|passages"}[5m]))`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from answer_service.pipeline.events import AnswerStats, PlanRecord
+from answer_service.pipeline.ports import AnswerListener
 from answer_service.runtime.observability.form_labels import served_form
 from budget.planner import STAGES
 
@@ -34,16 +34,8 @@ _REFUSAL_SECONDS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.0
 _FORM_SECONDS = (0.001, 0.0025, 0.005, 0.01, *_SECONDS)
 
 
-class RequestListener(Protocol):
-    """Something else that wants every finished or refused request (the dashboard's log)."""
-
-    def answered(self, stats: AnswerStats, plan: PlanRecord) -> None: ...
-
-    def refused(self, *, trace_id: str, tier: str, code: str, budget_ms: float) -> None: ...
-
-
 class ServiceMetrics:
-    def __init__(self, listeners: Sequence[RequestListener] = ()) -> None:
+    def __init__(self, listeners: Sequence[AnswerListener] = ()) -> None:
         self.listeners = tuple(listeners)
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
