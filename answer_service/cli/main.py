@@ -14,6 +14,7 @@ from answer_service.cli.gpu_check import add_gpu_check_command
 from answer_service.cli.keys import add_keys_commands
 from answer_service.cli.reranker import add_reranker_commands
 from answer_service.cli.sglang import add_sglang_commands
+from answer_service.runtime.configs import experiment_of
 from answer_service.runtime.settings import DEFAULT_SGLANG_PORT, Settings
 from budget.forms import MODES
 
@@ -65,8 +66,13 @@ def _serve(args: argparse.Namespace) -> int:
         # the event loop's thread waiting before it must let go (measured by
         # eval/bench/refusal_latency.py, removed in issue 39, last at 51f22ed).
         sys.setswitchinterval(args.gil_switch_ms / 1000.0)
+    try:
+        experiment = experiment_of(args.experiment)
+    except ValueError as exc:
+        print(f"error: --experiment {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, experiment),
         host=args.host,
         port=args.port,
         log_level="info",
@@ -131,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=DEFAULT_SERVICE_PORT)
     serve.add_argument("--sglang-url", help="a running SGLang server (default: the local one)")
     serve.add_argument("--tokenizer", help="chat template source (default: the served model)")
+    serve.add_argument(
+        "--experiment",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an eval knob over the shipped one (answer_service/runtime/configs.py Experiment; "
+        "repeatable), e.g. sentence_reader=false: for measurements, not for serving",
+    )
     serve.add_argument(
         "--server",
         choices=("uvloop", "asyncio"),

@@ -7,10 +7,11 @@ in-process (`Components.create(settings, experiment)`); no environment variable 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args, get_origin, get_type_hints
 
 from answer_service.pipeline.answer_pipeline import PipelineConfig
 from answer_service.pipeline.answer_stream import CitationConfig
@@ -96,6 +97,34 @@ class Experiment:
 
 
 SHIPPED = Experiment()
+
+
+def experiment_of(assignments: Sequence[str]) -> Experiment:
+    """The shipped knobs with `KEY=VALUE` assignments over them (an eval command's
+    `--experiment`): `sentence_reader=false`, `prompt_layout=relevance`,
+    `copy_bias=passages:4,focused:0`, ...; a ValueError naming what is wrong otherwise."""
+    hints = get_type_hints(Experiment)
+    changes: dict[str, object] = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or key not in hints:
+            raise ValueError(f"not KEY=VALUE with KEY one of {', '.join(hints)}: {assignment!r}")
+        shipped = getattr(SHIPPED, key)
+        try:
+            if key == "copy_bias":
+                pairs = (part.split(":") for part in value.split(",") if part)
+                changes[key] = {form: float(bias) for form, bias in pairs}
+            elif isinstance(shipped, bool):
+                changes[key] = {"true": True, "false": False}[value.strip().lower()]
+            elif isinstance(shipped, int | float):
+                changes[key] = type(shipped)(value)
+            elif get_origin(hints[key]) is Literal and value not in get_args(hints[key]):
+                raise ValueError(f"one of {get_args(hints[key])}")
+            else:
+                changes[key] = Path(value) if key == "form_choice_file" else value
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{assignment!r}: not a value for {key} ({exc})") from exc
+    return dataclasses.replace(SHIPPED, **changes)  # type: ignore[arg-type]
 
 
 # Embedding and search get at least this long, whatever their slice of the plan: over ten

@@ -44,10 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from eval.lib.data import SQUAD_DIR
 from eval.lib.latency_stats import percentiles
-from eval.lib.stack import ServiceProcess, free_port, service_environment
+from eval.lib.stack import ServiceProcess, add_service_options, free_port, service_environment
 from eval.lib.wire_timing import Exchange, LoopbackCapture, exchanges
-
-SQUAD = SQUAD_DIR
 
 
 def _load(
@@ -325,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--index", type=Path, required=True)
     parser.add_argument("--sglang-url", default="http://127.0.0.1:30000")
-    parser.add_argument("--questions", type=Path, default=SQUAD / "questions.jsonl")
+    parser.add_argument("--questions", type=Path, default=SQUAD_DIR / "questions.jsonl")
     parser.add_argument("--goodput-rps", type=float, required=True, help="measured goodput")
     parser.add_argument("--overload-factor", type=float, default=3.0)
     parser.add_argument("--overload-s", type=float, default=180.0)
@@ -341,19 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="do not time responses on the loopback interface (eval/lib/wire_timing.py)",
     )
-    parser.add_argument(
-        "--service-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting for the service, e.g. ANSWER_MAX_NEW_TOKENS=64 (repeatable)",
-    )
+    add_service_options(parser)
     args = parser.parse_args(argv)
 
     env = service_environment(
         None,
         {"ANSWER_RERANKER_MODEL": "", "ANSWER_MAX_NEW_TOKENS": str(args.max_new_tokens)},
-        dict(item.split("=", 1) for item in args.service_env),
+        dict(args.service_env),
     )
     scratch = Path(tempfile.mkdtemp(prefix="overload-soak-"))
     port = free_port()
@@ -364,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         sglang_url=args.sglang_url,
         env=env,
         scratch=scratch,
+        extra_args=tuple(f"--experiment={knob}" for knob in args.experiment),
     )
     url = service.start(needs_reranker=False)
     try:

@@ -229,6 +229,7 @@ def measure(
         # Each arrival is answered once per configuration: none from the answer cache.
         env=service_environment(None, config.environment(), args.service_env),
         scratch=stack.scratch,
+        extra_args=tuple(f"--experiment={knob}" for knob in args.experiment),
     )
     try:
         url = service.start(needs_reranker=False)

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from answer_service.errors import ServiceError
+from answer_service.runtime.configs import experiment_of
 from answer_service.runtime.settings import Settings
 from budget.forms import MODES
 from eval.calibrate.citations import calibrate, corpus_without, retrieve_all
@@ -162,7 +163,9 @@ async def _answers(args: argparse.Namespace) -> int:
             else:
                 settings = await asyncio.to_thread(_in_process_settings, args)
                 config["settings"] = settings.model_dump(mode="json")
-                source = await stack.enter_async_context(in_process_answering(settings))
+                experiment = experiment_of(args.experiment)
+                config["experiment"] = args.experiment
+                source = await stack.enter_async_context(in_process_answering(settings, experiment))
             records = await collect_answers(
                 source,
                 questions,
@@ -272,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="quote, focused, passages or auto (default: the service's, ANSWER_MODE)",
     )
     answers.add_argument("--concurrency", type=int, default=1, help="questions in flight")
+    answers.add_argument("--experiment", action="append", default=[], help="in-process: KEY=VALUE")
     answers.add_argument("--request-timeout-s", type=float, default=120.0)
     answers.add_argument(
         "--remove-gold",

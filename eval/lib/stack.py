@@ -239,10 +239,11 @@ def add_stack_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-in-flight", type=int, default=256)
     parser.add_argument("--max-total-tokens", type=int, default=16384, help="SGLang's KV cache")
     parser.add_argument("--cpu-threads", type=int, help="SGLang's torch threads (default: all)")
-    parser.add_argument(
-        "--service-env",
-        type=assignment,
-        action="append",
-        default=[],
-        help="KEY=VALUE for every configuration's service (repeatable)",
-    )
+    add_service_options(parser)
+
+
+def add_service_options(parser: argparse.ArgumentParser) -> None:
+    """A setting (`--service-env KEY=VALUE`) and an eval knob (`--experiment KEY=VALUE`, serve's
+    own flag: answer_service/runtime/configs.py) for every service started, each repeatable."""
+    parser.add_argument("--service-env", type=assignment, action="append", default=[])
+    parser.add_argument("--experiment", action="append", default=[])

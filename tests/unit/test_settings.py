@@ -6,7 +6,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from answer_service.runtime.configs import SHIPPED, Experiment, pipeline_config, planning_config
+from answer_service.runtime.configs import (
+    SHIPPED,
+    Experiment,
+    experiment_of,
+    pipeline_config,
+    planning_config,
+)
 from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
 from answer_service.runtime.settings import REMOVED, Settings
 
@@ -127,3 +133,16 @@ def test_every_removed_setting_is_in_the_readme_changelog() -> None:
     changelog = readme.split("## Changelog", 1)[1]
     missing = [name for name in REMOVED if f"ANSWER_{name.upper()}" not in changelog]
     assert not missing
+
+
+def test_an_eval_knob_is_set_by_name_and_a_wrong_one_is_refused() -> None:
+    knobs = experiment_of(
+        ["sentence_reader=false", "prompt_layout=relevance", "copy_bias=passages:2,focused:0"]
+    )
+    assert knobs.sentence_reader is False
+    assert knobs.prompt_layout == "relevance"
+    assert dict(knobs.copy_bias) == {"passages": 2.0, "focused": 0.0}
+    assert knobs.focused_neighbours == SHIPPED.focused_neighbours  # the rest as shipped
+    for wrong in ("temperature=1", "prompt_layout=sideways", "sentence_reader=maybe", "x"):
+        with pytest.raises(ValueError, match=r"KEY|not a value"):
+            experiment_of([wrong])
