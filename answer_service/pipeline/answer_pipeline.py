@@ -296,6 +296,7 @@ class AnswerPipeline:
             read=plan.route != "sources_only",
         )
         evidence, plan = await run(self._evidence, retrieved.first_pass, deadline, plan)
+        root.set_attribute("answer.evidence", round(evidence.value, 4))
         plan = plan.after_evidence(
             evidence.value, self._forms.abstain_below(self._config.abstain_below)
         )
