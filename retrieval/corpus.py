@@ -1,4 +1,8 @@
-"""Reading a JSONL corpus: one document per line with `_id`, `title` and `text`."""
+"""Documents, and reading a JSONL corpus: one document per line with `_id`, `title` and `text`.
+
+A document read from a file (`retrieval/ingest/`) also carries its sections: consecutive spans
+of its text, each with its heading path and location. Passages are cut inside one section.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +18,37 @@ _CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentSection:
+    """`text[start_char:end_char]` of its document, under `heading_path` (page title first).
+
+    `anchor` (an HTML id or Markdown slug) or `page` (1-based, PDF) says where it is in its file;
+    `url` links to it when the document's URL is known.
+    """
+
+    start_char: int
+    end_char: int
+    heading_path: tuple[str, ...] = ()
+    anchor: str | None = None
+    page: int | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Document:
+    """A JSONL line, or a parsed file. `sections` empty: the whole text is one section.
+
+    `path` is the file it came from (as shown to users), `collection` what it was built into.
+    """
+
     doc_id: str
     title: str
     text: str
+    sections: tuple[DocumentSection, ...] = ()
+    path: str | None = None
+    collection: str = "default"
 
 
-def read_corpus(path: Path) -> Iterator[Document]:
+def read_corpus(path: Path, collection: str = "default") -> Iterator[Document]:
     """Stream documents from `path` (plain or .gz JSONL), refusing bad lines and duplicate ids.
 
     Blank lines are skipped; a bad line raises `CorpusFormatError` with its 1-based number.
@@ -38,7 +66,7 @@ def read_corpus(path: Path) -> Iterator[Document]:
             raise CorpusFormatError(path, line_no, "`text` must be a string")
         if not isinstance(title, str):
             raise CorpusFormatError(path, line_no, "`title` must be a string")
-        yield Document(doc_id=doc_id, title=title, text=text)
+        yield Document(doc_id=doc_id, title=title, text=text, collection=collection)
 
 
 def corpus_checksum(path: Path) -> str:

@@ -77,8 +77,10 @@ def resolve_model_path(model: str) -> str:
 
 
 def passage_embedding_text(passage: Passage) -> str:
-    """What is embedded for a passage: its document title, then its text."""
-    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+    """What is embedded (and BM25 indexes) for a passage: its heading path (else its document
+    title), then its text."""
+    heading = passage.heading
+    return f"{heading}\n{passage.text}" if heading else passage.text
 
 
 def _cpu_has_native_bf16() -> bool:

@@ -2,6 +2,8 @@
 
     RetrievalError                 base of everything below
     ├── CorpusFormatError          a line of a corpus, queries or qrels file is invalid (with its number)
+    ├── UnreadableFileError        a file given to `index build` cannot be indexed (with the reason);
+    │                              the build lists it and goes on
     ├── IndexNotFoundError         no index (or no manifest) in the given directory
     ├── IndexMismatchError         the saved index does not match the embedder or corpus in use
     └── RetrievalTimeoutError      a stage could not finish before its deadline
@@ -23,6 +25,12 @@ class CorpusFormatError(RetrievalError):
         super().__init__(f"{path}:{line_no}: {reason}")
         self.path = path
         self.line_no = line_no
+        self.reason = reason
+
+
+class UnreadableFileError(RetrievalError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
         self.reason = reason
 
 

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from answer_service.cli.gpu_check import add_gpu_check_command
 from answer_service.cli.keys import add_keys_commands
@@ -18,22 +19,32 @@ from answer_service.runtime.configs import experiment_of
 from answer_service.runtime.settings import DEFAULT_SGLANG_PORT, Settings
 from budget.forms import MODES
 
+if TYPE_CHECKING:
+    from retrieval.ingest.scan import SkippedFile
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_PORT = 8000
 
 
 def _index_build(args: argparse.Namespace) -> int:
+    """Exit 0: all was indexed; 2: built, with files skipped; 1: nothing was built."""
     from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
     from retrieval.errors import RetrievalError
     from retrieval.index.ann import AnnConfig
     from retrieval.index.builder import build_index
+    from retrieval.ingest.source import IngestOptions, open_source
     from retrieval.passage import ChunkingConfig
 
+    try:
+        source = open_source(args.paths, IngestOptions(args.collection, args.source_url))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder, device=args.device))
     try:
         report = build_index(
-            args.corpus,
+            source,
             args.out,
             embedder,
             chunking=ChunkingConfig(args.passage_tokens, args.overlap_tokens),
@@ -42,12 +53,21 @@ def _index_build(args: argparse.Namespace) -> int:
             force=args.force,
         )
     except (RetrievalError, OSError) as exc:
+        _print_skipped(source.skipped)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     manifest = report.manifest
     verb = "kept (already current)" if report.reused else f"built in {report.seconds:.1f} s"
     print(f"index {args.out}: {manifest.passage_count} passages, {manifest.dimension}-d, {verb}")
-    return 0
+    _print_skipped(report.skipped)
+    return 2 if report.skipped else 0
+
+
+def _print_skipped(skipped: Sequence[SkippedFile]) -> None:
+    if skipped:
+        print(f"{len(skipped)} file(s) skipped:", file=sys.stderr)
+    for file in skipped:
+        print(f"  {file.path}: {file.reason}", file=sys.stderr)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -113,8 +133,29 @@ def build_parser() -> argparse.ArgumentParser:
     index = commands.add_parser("index", help="build a faiss index").add_subparsers(
         dest="index_command", required=True
     )
-    build = index.add_parser("build", help="chunk, embed and index a JSONL corpus")
-    build.add_argument("corpus", type=Path, help="JSONL (or .jsonl.gz) with _id, title, text")
+    build = index.add_parser(
+        "build",
+        help="chunk, embed and index files and folders (HTML, Markdown, text, PDF, JSONL)",
+        description="Exit status: 0 when every file was indexed, 2 when the index was built "
+        "with files skipped (listed with the reason), 1 when nothing was built.",
+    )
+    build.add_argument(
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="files and folders (read recursively): .html .htm .md .txt .pdf, or JSONL "
+        "(.jsonl, .jsonl.gz) with _id, title, text a line",
+    )
+    build.add_argument(
+        "--collection", default="default", help="recorded on every document (default: default)"
+    )
+    build.add_argument(
+        "--source-url",
+        metavar="PREFIX",
+        help="the files' URLs: PREFIX + their path inside the folder given (a page's canonical "
+        "link or front matter url: is used first)",
+    )
     build.add_argument("--out", type=Path, required=True, help="index directory")
     build.add_argument("--embedder", default=Settings.model_fields["embedder_model"].default)
     build.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")

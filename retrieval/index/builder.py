@@ -13,12 +13,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from retrieval.corpus import corpus_checksum, read_corpus
 from retrieval.embedder import Embedder, passage_embedding_text
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import AnnConfig
 from retrieval.index.faiss_index import FORMAT_VERSION, IndexManifest, read_manifest
 from retrieval.index.writer import IndexWriter
+from retrieval.ingest.scan import SkippedFile
+from retrieval.ingest.source import DocumentSource, open_source
 from retrieval.passage import ChunkingConfig, Passage, split_document
 
 logger = logging.getLogger(__name__)
@@ -28,10 +29,13 @@ CHECKPOINT_PASSAGES = 2048
 
 @dataclass(frozen=True, slots=True)
 class BuildReport:
+    """`skipped`: the files that could not be read, with the reason (the build went on)."""
+
     manifest: IndexManifest
     documents: int
     seconds: float
     reused: bool
+    skipped: tuple[SkippedFile, ...] = ()
 
 
 def _batches(passages: Iterator[Passage], size: int) -> Iterator[list[Passage]]:
@@ -45,24 +49,21 @@ def _batches(passages: Iterator[Passage], size: int) -> Iterator[list[Passage]]:
         yield batch
 
 
-def _count_documents(corpus: Path) -> int:
-    return sum(1 for _ in read_corpus(corpus))
-
-
 def index_is_current(
     directory: Path,
-    corpus: Path,
+    checksum: str,
     embedder: Embedder,
     chunking: ChunkingConfig,
     lexical: bool = True,
 ) -> bool:
-    """True when `directory` already holds an index of this corpus, embedder and chunking."""
+    """True when `directory` already holds an index of the corpus with this checksum, with this
+    embedder and chunking."""
     if not (directory / "manifest.json").is_file():
         return False
     manifest = read_manifest(directory)
     return (
         manifest.format_version == FORMAT_VERSION
-        and manifest.corpus_checksum == corpus_checksum(corpus)
+        and manifest.corpus_checksum == checksum
         and manifest.embedder == embedder.name
         and manifest.passage_tokens == chunking.passage_tokens
         and manifest.overlap_tokens == chunking.overlap_tokens
@@ -84,7 +85,7 @@ def _build_key(checksum: str, embedder: Embedder, chunking: ChunkingConfig) -> s
 
 
 def _embed_corpus(
-    corpus: Path,
+    corpus: DocumentSource,
     writer: IndexWriter,
     embedder: Embedder,
     chunking: ChunkingConfig,
@@ -97,6 +98,7 @@ def _embed_corpus(
     Returns how many documents this call embedded.
     """
     skip = writer.resumed.documents
+    embedded = 0
     # (documents split so far, passages they made), in order; consumed by checkpoints.
     split: deque[tuple[int, int]] = deque()
     bar = tqdm(
@@ -104,14 +106,16 @@ def _embed_corpus(
     )
 
     def passages() -> Iterator[Passage]:
+        nonlocal embedded
         produced = writer.count
-        for number, document in enumerate(read_corpus(corpus), start=1):
+        for number, document in enumerate(corpus.documents(), start=1):
             if number <= skip:
                 continue
             for passage in split_document(document, embedder, chunking):
                 produced += 1
                 yield passage
             split.append((number, produced))
+            embedded += 1
             bar.update(1)
 
     checkpointed = writer.count
@@ -122,7 +126,7 @@ def _embed_corpus(
             bar.set_postfix(passages=writer.count, refresh=False)
             if writer.count - checkpointed >= CHECKPOINT_PASSAGES:
                 checkpointed = _checkpoint(writer, split, checkpointed)
-    return total_documents - skip
+    return embedded
 
 
 def _checkpoint(writer: IndexWriter, split: deque[tuple[int, int]], previous: int) -> int:
@@ -137,7 +141,7 @@ def _checkpoint(writer: IndexWriter, split: deque[tuple[int, int]], previous: in
 
 
 def build_index(
-    corpus: Path,
+    corpus: Path | DocumentSource,
     out_dir: Path,
     embedder: Embedder,
     *,
@@ -150,20 +154,24 @@ def build_index(
 ) -> BuildReport:
     """Chunk, embed and index `corpus` into `out_dir` (replaced atomically at the end).
 
-    An `out_dir` that already holds an index of the same corpus, embedder and chunking is kept
-    as it is unless `force` is set.
+    `corpus`: a JSONL file, or a source from `retrieval.ingest.source.open_source` (files and
+    folders), whose `skipped` lists what it could not read even when the build fails. An
+    `out_dir` that already holds an index of the same corpus, embedder and chunking is kept as
+    it is unless `force` is set.
     """
+    if isinstance(corpus, Path):
+        corpus = open_source([corpus])
     chunking = chunking or ChunkingConfig()
     ann = ann or AnnConfig()
     started_s = time.monotonic()
     embedder.warm_up()
-    if not force and index_is_current(out_dir, corpus, embedder, chunking, lexical):
+    checksum = corpus.checksum()
+    if not force and index_is_current(out_dir, checksum, embedder, chunking, lexical):
         logger.info("index is current dir=%s", out_dir)
         return BuildReport(read_manifest(out_dir), 0, time.monotonic() - started_s, True)
-    checksum = corpus_checksum(corpus)
-    total_documents = _count_documents(corpus)
+    total_documents = corpus.expected_documents()
     if total_documents == 0:
-        raise RetrievalError(f"{corpus} holds no documents")
+        raise RetrievalError(f"{corpus.name or 'the paths given'} holds no documents")
     key = _build_key(checksum, embedder, chunking)
     writer = IndexWriter(out_dir, embedder.dimension, key)
     try:
@@ -171,7 +179,7 @@ def build_index(
             corpus, writer, embedder, chunking, batch_size, total_documents, progress
         )
         if writer.count == 0:
-            raise RetrievalError(f"{corpus} holds no text to index")
+            raise RetrievalError(f"{corpus.name or 'the paths given'} holds no text to index")
         kind = ann.resolve(writer.count)
         manifest = IndexManifest(
             embedder=embedder.name,
@@ -192,4 +200,4 @@ def build_index(
         raise
     seconds = time.monotonic() - started_s
     logger.info("index built dir=%s passages=%d seconds=%.1f", out_dir, writer.count, seconds)
-    return BuildReport(manifest, documents, seconds, False)
+    return BuildReport(manifest, documents, seconds, False, corpus.skipped)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -238,11 +238,29 @@ def check_manifest(
         )
 
 
+_PASSAGE_DEFAULTS = {
+    name: field.default
+    for name, field in Passage.__dataclass_fields__.items()
+    if field.default is not MISSING
+}
+
+
 def passage_to_json(passage: Passage) -> str:
-    return json.dumps(asdict(passage), ensure_ascii=False)
+    """One line of `passages.jsonl`; optional fields at their default are left out, so a JSONL
+    corpus's passages are written as they were before sections existed."""
+    record = {
+        key: value
+        for key, value in asdict(passage).items()
+        if key not in _PASSAGE_DEFAULTS or value != _PASSAGE_DEFAULTS[key]
+    }
+    return json.dumps(record, ensure_ascii=False)
 
 
 def read_passages(path: Path) -> Iterable[Passage]:
+    """Passages of an index of any format version (fields added later are optional)."""
     with path.open("r", encoding="utf-8") as lines:
         for line in lines:
-            yield Passage(**json.loads(line))
+            record = json.loads(line)
+            if "heading_path" in record:
+                record["heading_path"] = tuple(record["heading_path"])
+            yield Passage(**record)

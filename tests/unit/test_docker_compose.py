@@ -209,8 +209,9 @@ def test_indexer_builds_the_bundled_corpus_into_the_volume() -> None:
         *sources, dest = rest.split()
         if keyword == "COPY" and not rest.startswith("--from") and dest.endswith("/"):
             in_image.update({f"{dest}{Path(source).name}": source for source in sources})
-    assert str(args.corpus) in in_image
-    assert (ROOT / in_image[str(args.corpus)]).is_file()
+    (corpus,) = args.paths
+    assert str(corpus) in in_image
+    assert (ROOT / in_image[str(corpus)]).is_file()
 
 
 def test_service_environment_is_settings(monkeypatch: pytest.MonkeyPatch) -> None:

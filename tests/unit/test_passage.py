@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,49 @@ def test_last_window_is_not_a_pure_overlap() -> None:
 def test_bad_chunking_is_refused(size: int, overlap: int) -> None:
     with pytest.raises(ValueError, match="must be"):
         ChunkingConfig(size, overlap)
+
+
+def test_passages_stay_inside_their_section_and_carry_its_place() -> None:
+    from retrieval.corpus import DocumentSection
+    from retrieval.embedder import passage_embedding_text
+
+    text = "a b c\n\nd e"
+    document = Document(
+        "guide/page.html",
+        "Page",
+        text,
+        sections=(
+            DocumentSection(0, 5, ("Page", "Intro"), anchor="intro", url="https://x/p#intro"),
+            DocumentSection(7, 10, ("Page", "Intro", "More"), page=3),
+        ),
+        path="guide/page.html",
+        collection="docs",
+    )
+    passages = list(split_document(document, WordSpanner(), ChunkingConfig(4, 1)))
+    # A 4-token window would take "d" into the first passage: sections cut it at "c".
+    assert [p.text for p in passages] == ["a b c", "d e"]
+    assert [p.passage_id for p in passages] == ["guide/page.html#0", "guide/page.html#1"]
+    first, second = passages
+    assert (first.anchor, first.url, first.page) == ("intro", "https://x/p#intro", None)
+    assert (second.anchor, second.page) == (None, 3)
+    assert second.heading_path == ("Page", "Intro", "More")
+    assert {p.path for p in passages} == {"guide/page.html"}
+    assert {p.collection for p in passages} == {"docs"}
+    assert passage_embedding_text(second) == "Page \u203a Intro \u203a More\nd e"
+    assert all(text[p.start_char : p.end_char] == p.text for p in passages)
+
+
+def test_jsonl_passages_are_stored_as_before_and_old_lines_still_read(tmp_path: Path) -> None:
+    from retrieval.index.faiss_index import passage_to_json, read_passages
+
+    (plain,) = split_document(_doc(3), WordSpanner(), ChunkingConfig(4, 1))
+    old_line = (
+        '{"passage_id": "doc#0", "doc_id": "doc", "position": 0, "title": "Title", '
+        '"text": "w0 w1 w2", "start_char": 0, "end_char": 8}'
+    )
+    assert passage_to_json(plain) == old_line
+    with_heading = replace(plain, heading_path=("T", "S"), page=2)
+    (tmp_path / "p.jsonl").write_text(
+        old_line + "\n" + passage_to_json(with_heading) + "\n", encoding="utf-8"
+    )
+    assert list(read_passages(tmp_path / "p.jsonl")) == [plain, with_heading]

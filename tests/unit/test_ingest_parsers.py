@@ -1,0 +1,140 @@
+"""Each format's parser on small real files, and what a folder of them becomes (issue 40)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from retrieval.errors import UnreadableFileError
+from retrieval.ingest.html_parser import HtmlParser
+from retrieval.ingest.markdown_parser import MarkdownParser
+from retrieval.ingest.pdf_parser import PdfParser
+from retrieval.ingest.source import IngestOptions, open_source
+from retrieval.ingest.text_parser import TextParser
+from tests.ingest_files import FIXTURES, ingest_folder, write_manual_pdf, write_scanned_pdf
+
+
+def test_html_main_text_sections_anchors_and_canonical_link() -> None:
+    page = HtmlParser().parse((FIXTURES / "guide.html").read_bytes(), "guide.html")
+    assert page.url == "https://docs.example.org/guide/vacuum.html"
+    assert [(s.heading_path, s.anchor) for s in page.sections] == [
+        (("Vacuum Guide",), "top"),
+        (("Vacuum Guide", "Autovacuum"), "autovacuum"),
+        (("Vacuum Guide", "Autovacuum", "Tuning the daemon"), "autovacuum-tuning"),
+        (("Vacuum Guide", "Freezing"), "freezing"),
+    ]
+    text = "\n".join(s.text for s in page.sections)
+    assert "ALTER SYSTEM SET autovacuum_max_workers = 6;" in text
+    for chrome in ("tracking", "color: black", "Next page", "Prev Up", "Copyright", "¶"):
+        assert chrome not in text
+
+
+def test_html_docbook_anchors_and_declared_encoding() -> None:
+    page = HtmlParser().parse((FIXTURES / "reference" / "indexes.html").read_bytes(), "x")
+    assert [s.anchor for s in page.sections] == ["INDEXES-TYPES", "INDEXES-TYPES-BTREE"]
+    assert page.sections[1].heading_path[-1] == "11.2.1. B-Tree"
+    latin1 = (FIXTURES / "reference" / "declared-latin1.html").read_bytes()
+    assert "café server" in HtmlParser().parse(latin1, "x").sections[0].text
+
+
+def test_markdown_front_matter_nested_headings_and_plain_text() -> None:
+    page = MarkdownParser().parse((FIXTURES / "notes.md").read_bytes(), "notes.md")
+    assert (page.title, page.url) == (
+        "Replication Notes",
+        "https://docs.example.org/notes/replication",
+    )
+    assert [(s.heading_path[1:], s.anchor) for s in page.sections] == [
+        ((), None),
+        (("Setting up a standby",), "setting-up-a-standby"),
+        (("Setting up a standby", "Hot standby"), "hot-standby"),
+        (("Failover",), "failover"),
+    ]
+    hot = page.sections[2].text
+    assert "A hot standby answers" in hot
+    assert "SELECT pg_is_in_recovery();" in hot
+    assert "**" not in hot
+    assert "tags" not in page.sections[0].text
+    assert "https://example.org/promote" not in page.sections[3].text
+
+
+def test_pdf_pages_and_outline(tmp_path: Path) -> None:
+    write_manual_pdf(tmp_path / "m.pdf")
+    page = PdfParser().parse((tmp_path / "m.pdf").read_bytes(), "m.pdf")
+    assert page.title == "Storage Manual"
+    assert [(s.heading_path, s.page) for s in page.sections] == [
+        (("Storage Manual", "Introduction"), 1),
+        (("Storage Manual", "Introduction", "Scope"), 2),
+        (("Storage Manual", "Reference"), 3),
+    ]
+    assert "fillfactor" in page.sections[2].text
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("bad/corrupt.pdf", "not a readable PDF"),
+        ("bad/binary.txt", "binary file"),
+        ("bad/empty.md", "empty file"),
+        ("bad/latin1.txt", "not UTF-8"),
+    ],
+)
+def test_unreadable_files_say_why(name: str, reason: str) -> None:
+    parser = PdfParser() if name.endswith(".pdf") else TextParser()
+    with pytest.raises(UnreadableFileError, match=reason):
+        parser.parse((FIXTURES / name).read_bytes(), name)
+
+
+def test_a_scanned_pdf_has_no_text_layer(tmp_path: Path) -> None:
+    write_scanned_pdf(tmp_path / "s.pdf")
+    with pytest.raises(UnreadableFileError, match="no text layer"):
+        PdfParser().parse((tmp_path / "s.pdf").read_bytes(), "s.pdf")
+
+
+def test_a_folder_becomes_documents_with_urls_and_skips(tmp_path: Path) -> None:
+    source = open_source(
+        [ingest_folder(tmp_path)], IngestOptions("manual", "https://mirror.example.org/d/")
+    )
+    documents = {d.doc_id: d for d in source.documents()}
+    assert sorted(documents) == [
+        "docs/guide.html",
+        "docs/manual.pdf",
+        "docs/notes.md",
+        "docs/plain.txt",
+        "docs/reference/declared-latin1.html",
+        "docs/reference/indexes.html",
+    ]
+    assert {d.collection for d in documents.values()} == {"manual"}
+    urls = [s.url for s in documents["docs/reference/indexes.html"].sections]
+    assert urls[0] == "https://mirror.example.org/d/reference/indexes.html#INDEXES-TYPES"
+    assert documents["docs/manual.pdf"].sections[1].url == (
+        "https://mirror.example.org/d/manual.pdf#page=2"
+    )
+    # The page's own URL comes before the prefix.
+    assert documents["docs/guide.html"].sections[1].url == (
+        "https://docs.example.org/guide/vacuum.html#autovacuum"
+    )
+    for document in documents.values():
+        for section in document.sections:
+            assert document.text[section.start_char : section.end_char].strip()
+    reasons = {Path(s.path).name: s.reason for s in source.skipped}
+    assert set(reasons) == {
+        "outside.txt",
+        "binary.txt",
+        "corrupt.pdf",
+        "empty.md",
+        "latin1.txt",
+        "scanned.pdf",
+    }
+    assert "outside the paths given" in reasons["outside.txt"]
+
+
+def test_a_single_jsonl_is_read_as_before(tmp_path: Path) -> None:
+    from retrieval.corpus import corpus_checksum
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "title": "T", "text": "hello"}\n')
+    source = open_source([corpus])
+    assert source.checksum() == corpus_checksum(corpus)
+    assert [d.doc_id for d in source.documents()] == ["a"]
+    assert open_source([corpus], IngestOptions("other")).checksum() != source.checksum()
