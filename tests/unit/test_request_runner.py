@@ -96,12 +96,19 @@ async def test_a_cut_changes_the_knob_its_stage_sets_and_an_unplanned_stage_teac
     _, plan = await runner.run(rerank, "q", Deadline.after_ms(1_000), plan)
     assert plan.knobs.rerank_depth == 0
     assert [(c.stage, c.reason, c.done) for c in plan.cuts] == [("rerank", "rerank timed out", 0)]
+    # The generation re-plan: the prompt laid out with fewer passages than planned.
+    assert plan.knobs.passages == 3
+    prompt = _FakeStage("prompt", 3.0, work=1, cut=StageCut("first token predicted late", 1))
+    _, plan = await runner.run(prompt, "q", Deadline.after_ms(1_000), plan)
+    assert plan.knobs.passages == 1
+    assert (plan.cuts[-1].stage, plan.cuts[-1].planned, plan.cuts[-1].done) == ("passages", 3, 1)
+    assert plan.actual.prompt == 3.0
     passages = plan.knobs.passages
     rewrite = _FakeStage("rewrite", 2.0, work=1, cut=StageCut("kept the question", 0))
     _, plan = await runner.run(rewrite, "q", Deadline.after_ms(1_000), plan)
     assert plan.knobs.passages == passages  # a stage that sets no knob: its cut is recorded
     assert plan.cuts[-1].stage == "rewrite"
-    assert [seen[0] for seen in observer.seen] == ["rerank"]  # no model of "rewrite"
+    assert [seen[0] for seen in observer.seen] == ["rerank", "prompt"]  # no model of "rewrite"
     assert exporter.get_finished_spans()[0].attributes["answer.degraded"] == "rerank timed out"  # type: ignore[index]
 
 
