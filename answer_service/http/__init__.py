@@ -1,7 +1,7 @@
 """The HTTP edge: the FastAPI app and its routes (`POST /v1/answer`, the OpenAI-compatible
 APIs (chat completions and responses), retrieval, passages, health, metrics, traces, the
-dashboard), request bodies and SSE payloads, and the access middleware (API keys, rate limits,
-body size).
+dashboard, the search page at `/`), request bodies and SSE payloads, and the access middleware
+(API keys, rate limits, body size).
 
 May import: `answer_service.pipeline`, `answer_service.runtime`, `answer_service.errors`, and
 the packages below them. The only room that imports FastAPI.

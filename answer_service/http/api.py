@@ -41,6 +41,7 @@ from answer_service.http.dashboard import mount_static
 from answer_service.http.dashboard import router as dashboard_router
 from answer_service.http.openai_chat import router as openai_router
 from answer_service.http.openapi_limits import document_limits
+from answer_service.http.page import router as page_router
 from answer_service.http.passages import router as passages_router
 from answer_service.http.responses import router as responses_router
 from answer_service.http.schemas import (
@@ -295,6 +296,7 @@ def create_app(settings: Settings | None = None, experiment: Experiment = SHIPPE
     app.include_router(passages_router)
     document_limits(app, settings)
     app.include_router(dashboard_router)
+    app.include_router(page_router)
     mount_static(app)
     app.add_middleware(AccessMiddleware)
     if cors := settings.cors_origins:
