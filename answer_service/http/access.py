@@ -6,8 +6,8 @@
   unknown one gets 401; over the key's rate, or with `max_streams` answers already open on
   this replica, 429 with `Retry-After`. The key's tenant tier is the request's tier
   (`answering.answer_request` refuses another one asked for in X-Tenant-Tier with 403).
-  Health, readiness, metrics and the dashboard stay open: put them behind the network's own
-  controls.
+  Health, readiness, metrics, the dashboard and the search page stay open: put them behind the
+  network's own controls.
 
 It wraps the whole response, streams included, so an open answer counts until its last byte.
 It also times every refusal with Retry-After (429, 503; its own and the routes') from the
