@@ -122,6 +122,7 @@ def test_an_answer_streams_with_its_sources_citations_and_times(url: str, page: 
     popover.wait_for(state="visible")
     title = page.locator(f"#sources li[data-number='{number}'] .source-title").inner_text()
     assert title in popover.inner_text()
+    assert "null" not in popover.inner_text()  # a source without a URL shows no link
     _shot(page, "citation")
     markers.first.click()  # pins it and loads the whole passage
     page.wait_for_selector("#popover .pop-text.whole")

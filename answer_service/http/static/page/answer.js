@@ -70,10 +70,12 @@ export class AnswerView {
   show(anchor, number) {
     const source = this.sources.get(number);
     if (!source) return;
+    // replaceChildren writes a null as the text "null": the link is left out instead.
+    const link = source.url ? [h('a', { href: source.url, target: '_blank', rel: 'noopener' }, source.url)] : [];
     this.popover.replaceChildren(
       h('p', { class: 'pop-title' }, `[${number}] ${source.title || source.doc_id}`),
       h('p', { class: 'pop-text' }, source.snippet),
-      source.url ? h('a', { href: source.url, target: '_blank', rel: 'noopener' }, source.url) : null,
+      ...link,
       h('small', { class: 'pop-id' }, source.id),
     );
     this.popover.dataset.source = number;

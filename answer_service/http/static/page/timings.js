@@ -59,6 +59,6 @@ export function renderTimings(container, plan, done) {
       h('tbody', {}, rows)),
     done ? h('p', { class: 'muted' },
       `then ${ms(done.timings_ms.generate)} streaming the rest · ${done.completion_tokens} tokens · `
-      + `trace ${done.trace_id}`) : null,
+      + `trace ${done.trace_id}`) : '',
   );
 }
