@@ -185,7 +185,13 @@ async def retrieve_modes(components: ComponentsDep) -> ModesOut:
     return ModesOut(modes=list(ready_retriever(components).modes()))
 
 
-@router.post("/v1/retrieve", response_model=RetrieveOut, responses={422: {"model": ErrorResponse}})
+@router.post(
+    "/v1/retrieve",
+    response_model=RetrieveOut,
+    # A passage from JSONL has no URL or heading path: left out, as before sections existed.
+    response_model_exclude_none=True,
+    responses={422: {"model": ErrorResponse}},
+)
 async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut:
     """The retrieval stage alone: ranked passages for a query, in one mode."""
     retriever = ready_retriever(components)
@@ -203,16 +209,7 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
         found = await retriever.retrieve(query, body.top_k, deadline, mode=mode)
     except RetrievalTimeoutError as exc:
         raise StageTimeoutError(str(exc)) from exc
-    passages = [
-        RetrievedOut(
-            id=p.passage.passage_id,
-            doc_id=p.passage.doc_id,
-            title=p.passage.title,
-            score=p.score,
-            text=p.passage.text,
-        )
-        for p in found.passages
-    ]
+    passages = [RetrievedOut.of(p.passage, p.score) for p in found.passages]
     timings = {"embed": found.embed_ms, "search": found.search_ms}
     return RetrieveOut(mode=mode, passages=passages, timings_ms=timings)
 

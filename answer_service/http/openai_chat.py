@@ -4,8 +4,9 @@ the official `openai` client works unchanged (Perplexity's shape for the sources
 The last user message is the query. The TTFT budget, `top_k`, the tier and sources-only come
 from extra body fields (`ttft_budget_ms`, `top_k`, `tier`, `allow_sources_only`, `answer_mode`; the client's
 `extra_body`) or, for the tier, the `X-Tenant-Tier` header. The sources come back as
-`search_results` (title, url: the passage id, snippet) and `citations` (the ids, in source
-order); `usage.prompt_tokens_details.cached_tokens` is what SGLang served from its cache.
+`search_results` (title, url, snippet) and `citations` (the urls, in source order), the url
+being the section's own where the index knows it (`index build --source-url`, a canonical link,
+front matter), else the passage id; `usage.prompt_tokens_details.cached_tokens` is what SGLang served from its cache.
 Streaming sends `chat.completion.chunk`s as `data:` lines: first the role and the sources, then
 the text, then the finish reason and the usage, then `[DONE]`; a failure after the stream began
 is a `data: {"error": ...}` line before `[DONE]`, as OpenAI streams errors.
@@ -88,10 +89,12 @@ class ChatCompletionBody(ServiceFields):
         raise InvalidRequestError("`messages` has no user message: the last one is the query")
 
 
+def _url(source: Source) -> str:
+    return source.url or source.passage_id
+
+
 def _search_results(sources: tuple[Source, ...]) -> list[dict[str, Any]]:
-    return [
-        {"title": s.title, "url": s.passage_id, "snippet": s.snippet, "date": None} for s in sources
-    ]
+    return [{"title": s.title, "url": _url(s), "snippet": s.snippet, "date": None} for s in sources]
 
 
 def _usage(stats: AnswerStats) -> dict[str, Any]:
@@ -124,7 +127,7 @@ class _Completion:
             "created": self.created,
             "model": self.model,
             "search_results": _search_results(sources),
-            "citations": [s.passage_id for s in sources],
+            "citations": [_url(s) for s in sources],
         }
 
     def whole(self, collected: Collected) -> dict[str, Any]:

@@ -31,6 +31,8 @@ def passage_url(http_request: Request, passage_id: str) -> str:
 @router.get(
     PASSAGES_PATH + "{passage_id:path}",
     response_model=PassageOut,
+    # A passage from JSONL has no URL or heading path: left out, as before sections existed.
+    response_model_exclude_none=True,
     responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
 )
 async def passage(passage_id: str, components: ComponentsDep) -> PassageOut:
@@ -38,4 +40,4 @@ async def passage(passage_id: str, components: ComponentsDep) -> PassageOut:
     found = ready_retriever(components).index.passage_by_id(passage_id)
     if found is None:
         raise NotFoundError(f"the index holds no passage {passage_id!r}")
-    return PassageOut(id=found.passage_id, doc_id=found.doc_id, title=found.title, text=found.text)
+    return PassageOut.of(found)

@@ -8,8 +8,10 @@ on chat completions (`extra_body`: `ttft_budget_ms`, `top_k`, `tier`, `allow_sou
 The answer is one `message` output item with one `output_text` part: the text as the pipeline
 streamed it (no ` [n]` markers), and a `url_citation` for each source that supports an answer
 sentence, `start_index`..`end_index` being the sentence's characters in that text (Python
-string indices: code points). The `url` is the passage's own, `GET /v1/passages/{id}`, so every
-cited URL resolves; the sources come as `search_results` (title, that url, snippet).
+string indices: code points). The `url` is the section's own where the index knows it (`index
+build --source-url`, a canonical link, front matter), else the passage's in this service, `GET
+/v1/passages/{id}`, which always resolves; the sources come as `search_results` (title, that
+url, snippet).
 
 Status: `completed`; `incomplete` (`incomplete_details.reason` "max_output_tokens") when the
 answer ran into its token limit; `failed` with `error` when generation failed after the
@@ -106,9 +108,12 @@ class ResponseShape:
         self._url_of = url_of
         self._sources = {s.number: s for s in sources}
         self._results = [
-            SearchResult(title=s.title, url=url_of(s.passage_id), snippet=s.snippet)
-            for s in sources
+            SearchResult(title=s.title, url=self._url(s), snippet=s.snippet) for s in sources
         ]
+
+    def _url(self, source: Source) -> str:
+        """The section's own URL, else the passage's in this service (`url_of`)."""
+        return source.url or self._url_of(source.passage_id)
 
     def annotations(self, citation: Citation) -> list[UrlCitation]:
         """One per source that supports the sentence (none for an unsupported one)."""
@@ -116,7 +121,7 @@ class ResponseShape:
             UrlCitation(
                 start_index=citation.start,
                 end_index=citation.end,
-                url=self._url_of(source.passage_id),
+                url=self._url(source),
                 title=source.title,
             )
             for n in citation.sources

@@ -119,7 +119,7 @@ class ResponsesBody(ServiceFields):
 
 class UrlCitation(BaseModel):
     """Characters `start_index`..`end_index` of the text (a whole answer sentence) are
-    supported by the passage at `url`."""
+    supported by the passage at `url` (its section's own URL, else `GET /v1/passages/{id}`)."""
 
     type: Literal["url_citation"] = "url_citation"
     start_index: int
@@ -176,7 +176,7 @@ class IncompleteDetails(BaseModel):
 
 
 class SearchResult(BaseModel):
-    """A source, as Perplexity lists them; `url` resolves to the passage."""
+    """A source, as Perplexity lists them; `url` is its section's, else the passage's here."""
 
     title: str
     url: str

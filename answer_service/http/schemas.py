@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import AnswerStats, ErrorEvent, PlanRecord, Source
 from budget.forms import AnswerMode
 from budget.planner import StageTimes
+from retrieval.passage import Passage
+
+# Where a passage's section lives, when the index knows (`index build --source-url`, a canonical
+# link, front matter), and its headings; null (or left out) for a passage from JSONL.
+SectionUrl = Annotated[
+    str | None, Field(description="The section's URL; null when the document has none.")
+]
+HeadingPath = Annotated[
+    list[str] | None,
+    Field(description="The section's headings, page title first; null when it has none."),
+]
+
+
+def _headings(heading_path: tuple[str, ...]) -> list[str] | None:
+    return list(heading_path) or None
 
 
 class AnswerBody(BaseModel):
@@ -55,6 +72,19 @@ class PassageOut(BaseModel):
     doc_id: str
     title: str
     text: str
+    url: SectionUrl = None
+    heading_path: HeadingPath = None
+
+    @classmethod
+    def of(cls, passage: Passage) -> PassageOut:
+        return cls(
+            id=passage.passage_id,
+            doc_id=passage.doc_id,
+            title=passage.title,
+            text=passage.text,
+            url=passage.url,
+            heading_path=_headings(passage.heading_path),
+        )
 
 
 class RetrieveBody(BaseModel):
@@ -74,6 +104,20 @@ class RetrievedOut(BaseModel):
     title: str
     score: float
     text: str
+    url: SectionUrl = None
+    heading_path: HeadingPath = None
+
+    @classmethod
+    def of(cls, passage: Passage, score: float) -> RetrievedOut:
+        return cls(
+            id=passage.passage_id,
+            doc_id=passage.doc_id,
+            title=passage.title,
+            score=score,
+            text=passage.text,
+            url=passage.url,
+            heading_path=_headings(passage.heading_path),
+        )
 
 
 class RetrieveOut(BaseModel):
@@ -93,6 +137,8 @@ class SourceOut(BaseModel):
     title: str
     score: float
     snippet: str
+    url: SectionUrl = None
+    heading_path: HeadingPath = None
 
     @classmethod
     def of(cls, source: Source) -> SourceOut:
@@ -103,6 +149,8 @@ class SourceOut(BaseModel):
             title=source.title,
             score=source.score,
             snippet=source.snippet,
+            url=source.url,
+            heading_path=_headings(source.heading_path),
         )
 
 

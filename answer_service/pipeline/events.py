@@ -47,12 +47,20 @@ class AnswerRequest:
 
 @dataclass(frozen=True, slots=True)
 class Source:
+    """A passage an answer draws on, numbered as the answer cites it ([n] is source n).
+
+    `url` is where the passage's section lives (from `--source-url`, a canonical link or front
+    matter at build time; None when the document has none) and `heading_path` its section's
+    headings, page title first (empty for a JSONL document)."""
+
     number: int
     passage_id: str
     doc_id: str
     title: str
     score: float
     snippet: str
+    url: str | None = None
+    heading_path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +147,7 @@ class CachedAnswer:
         raw: dict[str, Any] = json.loads(data)
         return cls(
             text=str(raw["text"]),
-            sources=tuple(Source(**s) for s in raw["sources"]),
+            sources=tuple(_source(s) for s in raw["sources"]),
             citations=tuple(
                 Citation(**{**c, "sources": tuple(c["sources"])}) for c in raw["citations"]
             ),
@@ -147,3 +155,8 @@ class CachedAnswer:
             finish_reason=str(raw["finish_reason"]),
             form=str(raw.get("form", "passages")),
         )
+
+
+def _source(raw: dict[str, Any]) -> Source:
+    """A cached source; an entry written before sources had a URL and heading path has none."""
+    return Source(**{**raw, "heading_path": tuple(raw.get("heading_path", ()))})

@@ -123,6 +123,8 @@ def _source(number: int, scored: ScoredPassage, snippet_chars: int) -> Source:
         title=passage.title,
         score=round(scored.score, 4),
         snippet=passage.text[:snippet_chars],
+        url=passage.url,
+        heading_path=passage.heading_path,
     )
 
 
