@@ -94,7 +94,7 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = TwoCollections(FileSource(scan([alpha]), "alpha"), FileSource(scan([beta]), "beta"))
     model = Settings.model_fields["embedder_model"].default
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=model, device="cpu"))
-    build_index(source, tmp / "index", embedder, progress=False)  # type: ignore[arg-type]
+    build_index(source, tmp / "index", embedder, progress=False)
     return tmp / "index"
 
 
