@@ -203,3 +203,26 @@ def test_keys_add_needs_its_collections_and_old_keys_read_every_one(
     )
     with pytest.raises(ApiKeyFileError, match="collections must be a list"):
         read_api_keys(old)
+
+
+def test_a_request_reads_its_filters_within_its_key_s_collections() -> None:
+    from answer_service.errors import ForbiddenError
+    from answer_service.http.answering import passage_filter
+    from answer_service.http.schemas import FiltersIn
+    from retrieval.search.filters import PassageFilter
+
+    limited = ApiKey("a", "0" * 64, "standard", collections=frozenset({"a", "b"}))
+    every = ApiKey("all", "1" * 64, "standard")
+    assert passage_filter(None, None) is None
+    assert passage_filter(None, every) is None
+    assert passage_filter(None, limited) == PassageFilter(collections=frozenset({"a", "b"}))
+    asked = FiltersIn(collection="a", path_prefix="guide/", tags=["ops"])
+    assert passage_filter(asked, limited) == PassageFilter(
+        frozenset({"a"}), "guide/", frozenset({"ops"})
+    )
+    assert passage_filter(FiltersIn(tags=["x"]), limited) == PassageFilter(
+        frozenset({"a", "b"}), None, frozenset({"x"})
+    )
+    assert passage_filter(FiltersIn(collection=["c"]), None) == PassageFilter(frozenset({"c"}))
+    with pytest.raises(ForbiddenError, match=r"may not read collection\(s\) \['c'\]"):
+        passage_filter(FiltersIn(collection=["a", "c"]), limited)
