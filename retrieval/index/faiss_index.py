@@ -31,6 +31,10 @@ FORMAT_VERSION = 3
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.jsonl"
+# A filtered HNSW search that came back short scans the allowed rows' vectors exactly up to this
+# many (50,000 x 384 float32: 77 MB copied out for the query); above it, efSearch this wide.
+_EXACT_FALLBACK_ROWS = 50_000
+_WIDE_EF_SEARCH = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +177,9 @@ class FaissIndex:
         """A filtered search on the CPU index with faiss's ID selector (a bitmap: O(1) a
         candidate). Flat: exact. IVF and HNSW skip disallowed rows as they go, so a narrow
         filter can leave fewer than `k` hits in the lists probed or the graph walked; then the
-        allowed rows are searched exhaustively (IVF: every list; HNSW: their vectors, exactly),
-        so a filtered search always comes back full."""
+        allowed rows are searched exhaustively (IVF: every list; HNSW: their vectors, exactly,
+        up to `_EXACT_FALLBACK_ROWS` of them; more: the graph walked with a wide efSearch), so
+        a filtered search comes back full."""
         index = self._cpu_index
         if index is None:
             raise RetrievalError(
@@ -190,6 +195,12 @@ class FaissIndex:
             full = search_parameters(kind, SearchDepth(nprobe=int(index.nlist)), allowed.selector())
             exhaustive: tuple[Any, Any] = index.search(queries, k, params=full)
             return exhaustive
+        if len(allowed) > _EXACT_FALLBACK_ROWS:  # too many to copy out: walk the graph wider
+            wider = search_parameters(
+                kind, SearchDepth(ef_search=_WIDE_EF_SEARCH), allowed.selector()
+            )
+            widened: tuple[Any, Any] = index.search(queries, k, params=wider)
+            return widened
         vectors = index.reconstruct_batch(allowed.rows)
         products = queries @ vectors.T
         top = np.argsort(-products, axis=1, kind="stable")[:, :k]

@@ -245,3 +245,20 @@ def test_metadata_survives_passages_jsonl(tmp_path: Path) -> None:
     read = next(_read_back([passage_to_json(passage)], tmp_path))
     assert read == passage
     assert "tags" not in passage_to_json(_passage(2, "default", None, ()))
+
+
+def test_a_short_hnsw_search_over_many_allowed_rows_walks_wider_instead_of_copying(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from retrieval.index import faiss_index
+
+    monkeypatch.setattr(faiss_index, "_EXACT_FALLBACK_ROWS", 5)
+    passages = _passages(2000)
+    vectors = _vectors(2000)
+    index = _index("hnsw", vectors, passages)
+    mask = np.zeros(2000, dtype=np.bool_)
+    mask[np.arange(3, 2000, 167)] = True
+    allowed = RowSet(mask)
+    for hits in index.search_rows(_vectors(3, seed=2), 8, allowed=allowed):
+        assert len(hits) == 8
+        assert all(allowed.mask[row] for row, _ in hits)
