@@ -37,7 +37,10 @@ class DocumentSection:
 class Document:
     """A JSONL line, or a parsed file. `sections` empty: the whole text is one section.
 
-    `path` is the file it came from (as shown to users), `collection` what it was built into.
+    `path` is the file it came from (as shown to users), `collection` what it was built into,
+    `tags` its front matter's `tags:` (else the folders it lies in, below the folder given) and
+    `modified` when it last changed (ISO 8601, front matter `date:`/`modified:`, else the
+    file's mtime; None for a JSONL line).
     """
 
     doc_id: str
@@ -46,6 +49,8 @@ class Document:
     sections: tuple[DocumentSection, ...] = ()
     path: str | None = None
     collection: str = "default"
+    tags: tuple[str, ...] = ()
+    modified: str | None = None
 
 
 def read_corpus(path: Path, collection: str = "default") -> Iterator[Document]:

@@ -19,7 +19,8 @@ class Passage:
     is the window's index in its document and `start_char`/`end_char` its place in the text.
     A passage lies inside one section of its document: `heading_path` (page title first),
     `path`, `anchor`, `page` and `url` are that section's (all empty for a JSONL document, whose
-    passages are stored as they were before sections existed).
+    passages are stored as they were before sections existed). `collection`, `path`, `tags` and
+    `modified` are the document's metadata, which search filters read (retrieval/search/filters.py).
     """
 
     passage_id: str
@@ -35,6 +36,10 @@ class Passage:
     page: int | None = None
     url: str | None = None
     collection: str = "default"
+    # The document's tags (front matter `tags:`, else its folders) and when it last changed
+    # (ISO 8601: front matter `date:`/`modified:`, else the file's mtime); what filters read.
+    tags: tuple[str, ...] = ()
+    modified: str | None = None
 
     @property
     def heading(self) -> str:
@@ -97,6 +102,8 @@ def split_document(
                 page=section.page,
                 url=section.url,
                 collection=document.collection,
+                tags=document.tags,
+                modified=document.modified,
             )
             position += 1
 

@@ -20,10 +20,12 @@ from retrieval.embedder import Embedder, Vectors
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import SearchDepth
 from retrieval.index.loaded import LoadedIndex
-from retrieval.passage import ScoredPassage
+from retrieval.index.vector_search import RowSet
+from retrieval.passage import Passage, ScoredPassage
 from retrieval.pool import StagePool
 from retrieval.rerank.base import Reranker
 from retrieval.search.base import SearchConfig, SearchRequest
+from retrieval.search.filters import FilterTable, PassageFilter, allowed_lookup
 from retrieval.search.modes import build_searchers
 from retrieval.sentences.reader import Reader, ReadMix
 from retrieval.sentences.scorer import ScorerWeights, SentenceScorer
@@ -51,6 +53,7 @@ class Retriever:
         pool: StagePool | None = None,
         scorer: ScorerWeights | None = None,
         reader: tuple[Reader, ReadMix] | None = None,
+        filters: FilterTable | None = None,
     ) -> None:
         self.embedder = embedder
         self.index = index
@@ -59,6 +62,8 @@ class Retriever:
         self.scorer_weights = scorer or ScorerWeights.read()
         self._pool = pool or StagePool()
         self._searchers = build_searchers(index, self.search_config)
+        # Row masks per collection and tag, for filtered searches (one pass over the passages).
+        self.filters = filters or FilterTable(index.passage(row) for row in range(len(index)))
         self.embed = EmbedStage(embedder, self._pool)
         self.rerank = RerankStage(reranker, self._pool) if reranker is not None else None
         self.sentences = SentenceStage(
@@ -114,6 +119,7 @@ class Retriever:
             pool=self._pool,
             scorer=self.scorer_weights,
             reader=self.reader,
+            filters=self.filters,
         )
 
     def modes(self) -> tuple[str, ...]:
@@ -123,6 +129,16 @@ class Retriever:
     def serving_mode(self, wanted: str) -> str:
         """`wanted` where this index serves it, else dense search (every index has vectors)."""
         return wanted if wanted in self._searchers else "dense"
+
+    def allowed(self, passage_filter: PassageFilter | None) -> RowSet | None:
+        """The rows `passage_filter` allows (None: all of them)."""
+        return self.filters.rows(passage_filter)
+
+    def passage_by_id(
+        self, passage_id: str, passage_filter: PassageFilter | None = None
+    ) -> Passage | None:
+        """The passage with this id, if the index holds it and the filter allows it."""
+        return allowed_lookup(self.index.passage_by_id, passage_filter)(passage_id)
 
     def search_stage(self, mode: str) -> SearchStage:
         searcher = self._searchers.get(mode)
@@ -141,16 +157,19 @@ class Retriever:
         vector: Vectors | None = None,
         embed: bool = False,
         run: StageRun = run_stage,
+        passage_filter: PassageFilter | None = None,
     ) -> Found:
         """The top `k` passages for `query` in `mode`. `vector`: the query's embedding where
         the caller has it; `embed`: embed the query though the mode needs no vector (a caller
-        that scores sentences with it)."""
+        that scores sentences with it); `passage_filter`: the top `k` of the passages it
+        allows."""
         search = self.search_stage(mode)
         embed_ms = 0.0
         if vector is None and (embed or search.searcher.needs_vector):
             embedded = await run(self.embed, query, deadline)
             vector, embed_ms = embedded.value, embedded.elapsed_ms
-        found = await run(search, SearchRequest(query, vector, k, depth), deadline)
+        request = SearchRequest(query, vector, k, depth, self.allowed(passage_filter))
+        found = await run(search, request, deadline)
         return Found(found.value, vector, embed_ms, found.elapsed_ms)
 
     def close(self) -> None:

@@ -58,6 +58,12 @@ class SearchStage:
                 "retrieval.k": request.k,
                 "retrieval.index.passages": self._index_passages,
                 "retrieval.results": len(timed.value),
+                "retrieval.filtered": request.allowed is not None,
+                **(
+                    {"retrieval.allowed_passages": len(request.allowed)}
+                    if request.allowed is not None
+                    else {}
+                ),
             },
         )
 

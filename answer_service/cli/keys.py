@@ -15,6 +15,7 @@ from answer_service.runtime.keys.auth import (
     check_tier,
     digest,
     new_key,
+    parse_collections,
     read_api_keys,
     write_api_keys,
 )
@@ -48,6 +49,7 @@ def _add(args: argparse.Namespace) -> int:
         args.burst,
         args.max_streams,
         admin=args.admin,
+        collections=None if args.all_collections else parse_collections(args.collections),
     )
     check_tier(entry, _served_tiers())
     keys.append(entry)
@@ -58,9 +60,11 @@ def _add(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     for key in _read(args.file):
+        readable = "*" if key.collections is None else ",".join(sorted(key.collections))
         print(
             f"{key.key_id}\ttier={key.tier}\trate={key.rate_per_s:g}/s\tburst={key.burst}"
-            f"\tmax_streams={key.max_streams}" + ("\tadmin" if key.admin else "")
+            f"\tmax_streams={key.max_streams}\tcollections={readable}"
+            + ("\tadmin" if key.admin else "")
         )
     return 0
 
@@ -100,6 +104,15 @@ def add_keys_commands(commands: Any) -> None:
     add.add_argument("--max-streams", type=int, default=4, help="open answers at once")
     add.add_argument(
         "--admin", action="store_true", help="sees every key's traces (GET /v1/traces)"
+    )
+    readable = add.add_mutually_exclusive_group(required=True)
+    readable.add_argument(
+        "--collections",
+        metavar="A,B",
+        help="the only collections it may read (retrieve, quote, cite, fetch)",
+    )
+    readable.add_argument(
+        "--all-collections", action="store_true", help="it may read every collection"
     )
     add.set_defaults(run=_guarded(_add))
     listing = keys.add_parser("list", help="the keys' ids, tiers and limits (no secrets)")

@@ -14,7 +14,7 @@ from fastapi import Depends, Request, Response
 from pydantic import ValidationError
 
 from answer_service.errors import ForbiddenError, InvalidRequestError, NotReadyError
-from answer_service.http.schemas import AnswerBody, ServiceFields
+from answer_service.http.schemas import AnswerBody, FiltersIn, ServiceFields
 from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.attribution import Citation, with_markers
 from answer_service.pipeline.events import (
@@ -30,6 +30,7 @@ from answer_service.runtime.keys.auth import ApiKey
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from retrieval.retriever import Retriever
+from retrieval.search.filters import PassageFilter
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,24 @@ def request_key(http_request: Request) -> ApiKey | None:
     return key
 
 
+def passage_filter(asked: FiltersIn | None, key: ApiKey | None) -> PassageFilter | None:
+    """What a request may retrieve: its filters within its key's collections (None: every
+    passage). A collection named that the key may not read is refused (403), so a client
+    learns why it got nothing rather than an empty answer; left unnamed, the key's own."""
+    readable = key.collections if key is not None else None
+    if asked is None:
+        return None if readable is None else PassageFilter(collections=readable)
+    named = asked.collections
+    outside = sorted(named - readable) if named is not None and readable is not None else []
+    if key is not None and outside:
+        raise ForbiddenError(
+            f"key {key.key_id!r} may not read collection(s) {outside}; "
+            f"it reads {sorted(readable or ())}"
+        )
+    tags = frozenset(asked.tags) if asked.tags else None
+    return PassageFilter(named, asked.path_prefix, tags).within(readable)
+
+
 def answer_request(
     body: AnswerBody, settings: Settings, tier: str, key: ApiKey | None = None
 ) -> AnswerRequest:
@@ -102,6 +121,7 @@ def answer_request(
         allow_sources_only=body.allow_sources_only,
         key_id=key.key_id if key is not None else None,
         answer_mode=body.answer_mode,
+        passage_filter=passage_filter(body.filters, key),
     )
 
 
@@ -122,6 +142,7 @@ def _openai_answer_request(
             top_k=fields.top_k,
             allow_sources_only=fields.allow_sources_only,
             answer_mode=fields.answer_mode,
+            filters=fields.filters,
         )
     except ValidationError as exc:  # e.g. a query over the body's limit
         problems = "; ".join(str(e["msg"]) for e in exc.errors())

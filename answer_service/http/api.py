@@ -32,6 +32,7 @@ from answer_service.http.answering import (
     answer_request,
     checked_query,
     collect_while_connected,
+    passage_filter,
     ready_retriever,
     request_key,
     request_tier,
@@ -137,6 +138,7 @@ async def _stream(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> AsyncIt
     response_model=AnswerOut,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "SSE or one JSON object"},
+        403: {"model": ErrorResponse},
         422: {"model": ErrorResponse},
         503: {"model": ErrorResponse},
         504: {"model": ErrorResponse},
@@ -190,10 +192,13 @@ async def retrieve_modes(components: ComponentsDep) -> ModesOut:
     response_model=RetrieveOut,
     # A passage from JSONL has no URL or heading path: left out, as before sections existed.
     response_model_exclude_none=True,
-    responses={422: {"model": ErrorResponse}},
+    responses={403: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
 )
-async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut:
-    """The retrieval stage alone: ranked passages for a query, in one mode."""
+async def retrieve(
+    body: RetrieveBody, components: ComponentsDep, http_request: Request
+) -> RetrieveOut:
+    """The retrieval stage alone: ranked passages for a query, in one mode (the top_k of
+    those `filters` and the key's collections allow)."""
     retriever = ready_retriever(components)
     settings = components.settings
     query = checked_query(body.query, settings)
@@ -201,12 +206,15 @@ async def retrieve(body: RetrieveBody, components: ComponentsDep) -> RetrieveOut
         raise InvalidRequestError(
             f"`top_k` is {body.top_k}; the limit is {settings.max_retrieve_k}"
         )
+    allowed = passage_filter(body.filters, request_key(http_request))
     mode = body.mode or settings.retrieval_mode
     if mode not in retriever.modes():
         raise InvalidRequestError(f"the index offers no {mode!r} retrieval: {retriever.modes()}")
     deadline = Deadline.after_ms(settings.default_ttft_budget_ms * settings.ttft_timeout_factor)
     try:
-        found = await retriever.retrieve(query, body.top_k, deadline, mode=mode)
+        found = await retriever.retrieve(
+            query, body.top_k, deadline, mode=mode, passage_filter=allowed
+        )
     except RetrievalTimeoutError as exc:
         raise StageTimeoutError(str(exc)) from exc
     passages = [RetrievedOut.of(p.passage, p.score) for p in found.passages]
@@ -228,9 +236,11 @@ async def recent_traces(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[dict[str, Any]]:
     """Recent finished requests with their stage spans (the dashboard reads this). With API
-    keys, a key sees its own requests' traces; an admin key (`keys add --admin`) sees all."""
+    keys, a key sees its own requests' traces; an admin key (`keys add --admin`) that reads
+    every collection sees all (one limited to some collections sees only its own: the others'
+    may name passages of collections it may not read)."""
     key = request_key(http_request)
-    if key is None or key.admin:
+    if key is None or (key.admin and key.collections is None):
         found = components.recent.recent(limit)
     else:
         found = components.recent.recent(

@@ -4,7 +4,7 @@ URL an answer cites resolves (the `url_citation`s of `POST /v1/responses` point 
 A passage id is `<doc_id>#<position>`; clients send it percent-encoded (`#` as `%23`, and `/`,
 which a document id may hold, as `%2F`), as `passage_url` writes it. Starlette decodes the path
 before routing, so the route takes the rest of the path whole (`:path`) and sees the id as the
-index holds it.
+index holds it. With API keys, a key fetches only passages of the collections it may read.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 
 from answer_service.errors import NotFoundError
-from answer_service.http.answering import ComponentsDep, ready_retriever
+from answer_service.http.answering import ComponentsDep, ready_retriever, request_key
 from answer_service.http.schemas import ErrorResponse, PassageOut
+from retrieval.search.filters import PassageFilter
 
 router = APIRouter()
 
@@ -35,9 +36,13 @@ def passage_url(http_request: Request, passage_id: str) -> str:
     response_model_exclude_none=True,
     responses={404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}},
 )
-async def passage(passage_id: str, components: ComponentsDep) -> PassageOut:
-    """A passage by id (`Super_Bowl_50-0%230` for `Super_Bowl_50-0#0`)."""
-    found = ready_retriever(components).index.passage_by_id(passage_id)
+async def passage(passage_id: str, components: ComponentsDep, http_request: Request) -> PassageOut:
+    """A passage by id (`Super_Bowl_50-0%230` for `Super_Bowl_50-0#0`). A passage in a
+    collection the API key may not read answers 404, word for word as one that does not
+    exist, so a key cannot even learn which ids other collections hold."""
+    key = request_key(http_request)
+    readable = None if key is None else PassageFilter(collections=key.collections)
+    found = ready_retriever(components).passage_by_id(passage_id, readable)
     if found is None:
         raise NotFoundError(f"the index holds no passage {passage_id!r}")
     return PassageOut.of(found)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+)
 
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import AnswerStats, ErrorEvent, PlanRecord, Source
@@ -25,6 +33,32 @@ HeadingPath = Annotated[
 
 def _headings(heading_path: tuple[str, ...]) -> list[str] | None:
     return list(heading_path) or None
+
+
+Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=200)]
+
+
+class FiltersIn(BaseModel):
+    """Which passages retrieval may draw on; every condition given must hold (docs/collections.md).
+    With API keys, a key reads only its own collections: naming another is refused (403)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    collection: Name | Annotated[list[Name], Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="A collection, or a list of them: passages in any of them."
+    )
+    path_prefix: (
+        Annotated[str, StringConstraints(strict=True, min_length=1, max_length=1000)] | None
+    ) = Field(default=None, description="Passages of documents whose path starts with this.")
+    tags: Annotated[list[Name], Field(min_length=1, max_length=64)] | None = Field(
+        default=None, description="Passages of documents that carry every one of these tags."
+    )
+
+    @property
+    def collections(self) -> frozenset[str] | None:
+        if self.collection is None:
+            return None
+        return frozenset([self.collection] if isinstance(self.collection, str) else self.collection)
 
 
 class AnswerBody(BaseModel):
@@ -50,6 +84,9 @@ class AnswerBody(BaseModel):
         "whole passages; auto: the planner picks per request. Default: the service's "
         "(ANSWER_MODE).",
     )
+    filters: FiltersIn | None = Field(
+        default=None, description="Answer only from the passages these filters allow."
+    )
 
 
 class ServiceFields(BaseModel):
@@ -63,6 +100,7 @@ class ServiceFields(BaseModel):
     tier: StrictStr | None = None
     allow_sources_only: StrictBool = False
     answer_mode: AnswerMode | None = None
+    filters: FiltersIn | None = None
 
 
 class PassageOut(BaseModel):
@@ -96,6 +134,9 @@ class RetrieveBody(BaseModel):
     top_k: StrictInt = Field(default=10, ge=1)
     # A search mode the index serves (`GET /v1/retrieve/modes`); default: the service's.
     mode: str | None = Field(default=None, min_length=1, max_length=64)
+    filters: FiltersIn | None = Field(
+        default=None, description="The top_k of the passages these filters allow."
+    )
 
 
 class RetrievedOut(BaseModel):

@@ -72,6 +72,7 @@ from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage
 from generation.stages import PromptConfig, PromptStage
 from retrieval.retriever import Retriever
+from retrieval.search.filters import allowed_lookup
 from retrieval.sentences.quote import QuotedSentence
 
 logger = logging.getLogger(__name__)
@@ -253,10 +254,13 @@ class AnswerPipeline:
         hard = self.hard_deadline(deadline)
         cache_key, hit = None, None
         if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
-            cache_key = self.answer_cache.key(request.query, request.top_k, mode)
+            scope = request.passage_filter.key if request.passage_filter else ""
+            cache_key = self.answer_cache.key(request.query, request.top_k, mode, scope)
             hit = (
                 await self._runner.measure(AnswerCacheStage(self.answer_cache), cache_key, hard)
             ).value
+            if hit is not None and not _readable(hit, retriever, request):
+                hit = None
             root.set_attribute("answer.cache_hit", hit is not None)
         plan = self.planning.start(
             request.query,
@@ -396,7 +400,10 @@ class AnswerPipeline:
         hard: Deadline,
     ) -> PreparedAnswer:
         ids = [p.source_id for p in context]
-        lookup = passage_lookup(retriever.index.passage_by_id)
+        # A remembered prefix may bring along passages another request retrieved: only those
+        # this request may read are adopted (and shown as its sources).
+        find = allowed_lookup(retriever.index.passage_by_id, request.passage_filter)
+        lookup = passage_lookup(find)
         for attempt in range(2):  # a worker that is gone: once more, on another
             worker = self.router.choose(ids, foreign=self._config.prompt.adopt)
             try:
@@ -421,7 +428,7 @@ class AnswerPipeline:
                 retrieved.passages,
                 generation.prompt,
                 self._config.snippet_chars,
-                retriever.index.passage_by_id,
+                find,
             )
             return self._prepared(
                 outcome, opened, sources, router=self.router, generation=generation
@@ -432,3 +439,10 @@ class AnswerPipeline:
         """`plan`, `sources`, then token deltas (each finished sentence followed by its
         `citation`), then `done`; a failure mid-stream adds `error`."""
         return answer_events(prepared, self._config.citations, self.answer_cache, self._runner)
+
+
+def _readable(hit: CachedAnswer, retriever: Retriever, request: AnswerRequest) -> bool:
+    """Every source of a cached answer is in the index served now and one the request may
+    read. Its key already holds the request's filter; this holds whatever wrote the entry."""
+    find = allowed_lookup(retriever.index.passage_by_id, request.passage_filter)
+    return all(find(source.passage_id) is not None for source in hit.sources)

@@ -12,6 +12,7 @@ from answer_service.pipeline.attribution import Citation
 from budget.forms import AnswerMode
 from budget.planner import StageTimes
 from budget.request_plan import Cut, PlanRecord
+from retrieval.search.filters import PassageFilter
 
 __all__ = [
     "AnswerRequest",
@@ -43,6 +44,9 @@ class AnswerRequest:
     key_id: str | None = None
     # quote, focused, passages or auto; None: the service's default (ANSWER_MODE).
     answer_mode: AnswerMode | None = None
+    # The passages it may draw on: the request's filters within its key's collections.
+    # None: every passage. Retrieval, the prompt, its sources and the answer cache keep to it.
+    passage_filter: PassageFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ from retrieval.embedder import Vectors
 
 
 class AnswerStore(Protocol):
-    def key(self, query: str, top_k: int, form: str) -> str: ...
+    def key(self, query: str, top_k: int, form: str, scope: str = "") -> str:
+        """`scope`: what the request may read (its filter's key), part of the key."""
+        ...
 
     async def get(self, key: str) -> CachedAnswer | None: ...
 

@@ -118,7 +118,13 @@ class RetrievalSteps:
                 vector = embedded.value
             found, plan = await run(
                 search,
-                SearchRequest(request.query, vector, plan.knobs.retrieve_k, self._config.depth),
+                SearchRequest(
+                    request.query,
+                    vector,
+                    plan.knobs.retrieve_k,
+                    self._config.depth,
+                    retriever.allowed(request.passage_filter),
+                ),
                 retrieval,
                 plan,
                 attributes={

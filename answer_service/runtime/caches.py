@@ -6,7 +6,8 @@ shapes it: the index (its corpus checksum and kind), the served model, the gener
 citation settings. A new index or model changes the fingerprint, so older answers are never
 read again and expire with their TTL. Only complete answers are stored: greedy decoding
 (temperature 0), no error, no cut and nothing degraded; a cut answer would repeat its cut for
-the TTL.
+the TTL. The passages a request may read (its filters within its key's collections) are part
+of the key, and a hit whose sources the request may not read is a miss.
 """
 
 from __future__ import annotations
@@ -122,8 +123,12 @@ class AnswerCache:
         self.store = store
         self.fingerprint = fingerprint
 
-    def key(self, query: str, top_k: int, form: str) -> str:
+    def key(self, query: str, top_k: int, form: str, scope: str = "") -> str:
+        """`scope`: the passages the request may read (its filter's key; "" for every one),
+        so an answer is only ever served to requests that could read all it drew on."""
         material = f"{self.fingerprint}\n{top_k}\n{form}\n{normalized(query)}"
+        if scope:
+            material += f"\n{scope}"
         return hashlib.sha256(material.encode()).hexdigest()
 
     async def get(self, key: str) -> CachedAnswer | None:

@@ -77,12 +77,20 @@ def build_search_index(flat: Any, kind: IndexKind, config: AnnConfig) -> Any:
     return index
 
 
-def search_parameters(kind: IndexKind, depth: SearchDepth | None) -> Any | None:
-    """faiss per-query parameters for `depth`, or None to use the index's defaults."""
-    if depth is None:
+def search_parameters(
+    kind: IndexKind, depth: SearchDepth | None, selector: Any | None = None
+) -> Any | None:
+    """faiss per-query parameters for `depth` and, for a filtered search, the ID `selector`
+    that faiss applies inside the search (faiss >= 1.7.3); None: the index's defaults."""
+    extra: dict[str, Any] = {} if selector is None else {"sel": selector}
+    if kind == "ivf" and depth is not None and depth.nprobe is not None:
+        return faiss.SearchParametersIVF(nprobe=depth.nprobe, **extra)  # type: ignore[call-arg]
+    if kind == "hnsw" and depth is not None and depth.ef_search is not None:
+        return faiss.SearchParametersHNSW(efSearch=depth.ef_search, **extra)  # type: ignore[attr-defined]
+    if selector is None:
         return None
-    if kind == "ivf" and depth.nprobe is not None:
-        return faiss.SearchParametersIVF(nprobe=depth.nprobe)  # type: ignore[call-arg]  # stubs lag
-    if kind == "hnsw" and depth.ef_search is not None:
-        return faiss.SearchParametersHNSW(efSearch=depth.ef_search)  # type: ignore[attr-defined]
-    return None
+    if kind == "ivf":
+        return faiss.SearchParametersIVF(**extra)
+    if kind == "hnsw":
+        return faiss.SearchParametersHNSW(**extra)  # type: ignore[attr-defined]
+    return faiss.SearchParameters(**extra)

@@ -166,15 +166,25 @@ class BM25Index:
         )
         return index
 
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+    def search(
+        self, query: str, k: int, allowed: npt.NDArray[np.bool_] | None = None
+    ) -> list[tuple[int, float]]:
         """Up to `k` (row, score) pairs, best first; rows sharing no term with the query are
-        left out, so a query of only stopwords or unknown words gives an empty list."""
+        left out, so a query of only stopwords or unknown words gives an empty list.
+
+        `allowed`: a mask over the rows; the others score 0 before the top `k` is taken, so a
+        filtered search gives the best `k` of the allowed rows (bm25s scores every row of the
+        matrix anyway: the mask costs one pass over the scores)."""
         if k <= 0:
             return []
+        if allowed is not None and allowed.shape != (self._document_count,):
+            raise ValueError(f"a mask of {allowed.shape} for {self._document_count} documents")
         term_ids = self._retriever.get_tokens_ids(self._analyzer.query(query))
         if not term_ids:
             return []
         scores = np.asarray(self._retriever.get_scores_from_ids(term_ids), dtype=np.float32)
+        if allowed is not None:
+            scores = np.where(allowed, scores, np.float32(0.0))
         return _top_k(scores, k)
 
     def save(self, directory: Path) -> None:

@@ -21,7 +21,7 @@ from retrieval.embedder import Vectors
 from retrieval.errors import IndexMismatchError, IndexNotFoundError, RetrievalError
 from retrieval.index.ann import IndexKind, SearchDepth, search_parameters
 from retrieval.index.placement import GpuBackends, IndexPlacement, place_index
-from retrieval.index.vector_search import FaissSearch, VectorSearch
+from retrieval.index.vector_search import FaissSearch, RowSet, VectorSearch
 from retrieval.passage import Passage, ScoredPassage
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,10 @@ FORMAT_VERSION = 3
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.jsonl"
+# A filtered HNSW search that came back short scans the allowed rows' vectors exactly up to this
+# many (50,000 x 384 float32: 77 MB copied out for the query); above it, efSearch this wide.
+_EXACT_FALLBACK_ROWS = 50_000
+_WIDE_EF_SEARCH = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +84,14 @@ class FaissIndex:
         manifest: IndexManifest,
         index: VectorSearch | Any,
         passages: Sequence[Passage],
+        cpu_index: Any | None = None,
     ) -> None:
-        """`index`: a `VectorSearch`, or a faiss CPU index (searched as it is)."""
+        """`index`: a `VectorSearch`, or a faiss CPU index (searched as it is). `cpu_index`:
+        the faiss CPU index that filtered searches run on where `index` is placed elsewhere
+        (a GPU: faiss-gpu and torch take no ID selector)."""
         search = index if isinstance(index, VectorSearch) else FaissSearch(index)
+        if cpu_index is None and search.backend == "faiss-cpu" and isinstance(search, FaissSearch):
+            cpu_index = search.index
         if search.ntotal != len(passages) or manifest.passage_count != len(passages):
             raise IndexMismatchError(
                 f"index holds {search.ntotal} vectors and {len(passages)} passages, "
@@ -91,6 +100,7 @@ class FaissIndex:
         self.manifest = manifest
         self._index = search
         self._passages = list(passages)
+        self._cpu_index = cpu_index
         self._rows_by_id: dict[str, int] | None = None
 
     def __len__(self) -> int:
@@ -129,25 +139,72 @@ class FaissIndex:
         return None if row is None else self._passages[row]
 
     def search_rows(
-        self, queries: Vectors, k: int, depth: SearchDepth | None = None
+        self,
+        queries: Vectors,
+        k: int,
+        depth: SearchDepth | None = None,
+        allowed: RowSet | None = None,
     ) -> list[list[tuple[int, float]]]:
-        """(row, score) pairs per query, best first; row i is `passage(i)`."""
+        """(row, score) pairs per query, best first; row i is `passage(i)`. With `allowed`,
+        only its rows, filtered inside the search: the best `k` of the allowed set, not the
+        allowed few of the best `k` (see `_search_among`)."""
         if queries.ndim != 2 or queries.shape[1] != self.manifest.dimension:
             raise RetrievalError(
                 f"query vectors of shape {queries.shape} do not fit dimension "
                 f"{self.manifest.dimension}"
             )
-        k = min(k, len(self._passages))
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        k = min(k, len(self._passages) if allowed is None else len(allowed))
         if k <= 0:
             return [[] for _ in range(queries.shape[0])]
-        params = search_parameters(self.manifest.index_type, depth)
-        scores, rows = self._index.search(
-            np.ascontiguousarray(queries, dtype=np.float32), k, params
-        )
+        if allowed is not None:
+            if allowed.total != len(self._passages):
+                raise RetrievalError(
+                    f"a row filter over {allowed.total} rows for an index of {len(self)}"
+                )
+            scores, rows = self._search_among(queries, k, depth, allowed)
+        else:
+            params = search_parameters(self.manifest.index_type, depth)
+            scores, rows = self._index.search(queries, k, params)
         return [
             [(int(row), float(score)) for score, row in zip(s_row, r_row, strict=True) if row >= 0]
             for s_row, r_row in zip(scores, rows, strict=True)
         ]
+
+    def _search_among(
+        self, queries: Vectors, k: int, depth: SearchDepth | None, allowed: RowSet
+    ) -> tuple[Any, Any]:
+        """A filtered search on the CPU index with faiss's ID selector (a bitmap: O(1) a
+        candidate). Flat: exact. IVF and HNSW skip disallowed rows as they go, so a narrow
+        filter can leave fewer than `k` hits in the lists probed or the graph walked; then the
+        allowed rows are searched exhaustively (IVF: every list; HNSW: their vectors, exactly,
+        up to `_EXACT_FALLBACK_ROWS` of them; more: the graph walked with a wide efSearch), so
+        a filtered search comes back full."""
+        index = self._cpu_index
+        if index is None:
+            raise RetrievalError(
+                f"filtered search needs a faiss CPU index; this one is searched by "
+                f"{self.search_backend} and was given no CPU copy"
+            )
+        kind = self.manifest.index_type
+        params = search_parameters(kind, depth, allowed.selector())
+        scores, rows = index.search(queries, k, params=params)
+        if kind == "flat" or bool((rows[:, k - 1] >= 0).all()):
+            return scores, rows
+        if kind == "ivf":
+            full = search_parameters(kind, SearchDepth(nprobe=int(index.nlist)), allowed.selector())
+            exhaustive: tuple[Any, Any] = index.search(queries, k, params=full)
+            return exhaustive
+        if len(allowed) > _EXACT_FALLBACK_ROWS:  # too many to copy out: walk the graph wider
+            wider = search_parameters(
+                kind, SearchDepth(ef_search=_WIDE_EF_SEARCH), allowed.selector()
+            )
+            widened: tuple[Any, Any] = index.search(queries, k, params=wider)
+            return widened
+        vectors = index.reconstruct_batch(allowed.rows)
+        products = queries @ vectors.T
+        top = np.argsort(-products, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(products, top, axis=1), allowed.rows[top]
 
     def search(
         self, queries: Vectors, k: int, depth: SearchDepth | None = None
@@ -187,7 +244,10 @@ class FaissIndex:
         placed = place_index(
             index, manifest.index_type, IndexPlacement(device, max_gpu_bytes), gpus
         )
-        loaded = cls(manifest, placed.search, passages)
+        # Filtered searches run on the CPU index (faiss-gpu and torch take no ID selector): it is
+        # kept beside a GPU copy, at the cost of its size in host memory.
+        cpu_copy = index if placed.search.backend != "faiss-cpu" else None
+        loaded = cls(manifest, placed.search, passages, cpu_copy)
         log = logger.warning if placed.reason and device not in ("auto", "cpu") else logger.info
         log(
             "index loaded dir=%s passages=%d kind=%s device=%s backend=%s asked=%s why=%s",
@@ -261,6 +321,7 @@ def read_passages(path: Path) -> Iterable[Passage]:
     with path.open("r", encoding="utf-8") as lines:
         for line in lines:
             record = json.loads(line)
-            if "heading_path" in record:
-                record["heading_path"] = tuple(record["heading_path"])
+            for key in ("heading_path", "tags"):
+                if key in record:
+                    record[key] = tuple(record[key])
             yield Passage(**record)

@@ -66,6 +66,10 @@ class FaissSearch:
         self._keep_alive = keep_alive
 
     @property
+    def index(self) -> Any:
+        return self._index
+
+    @property
     def backend(self) -> str:
         return self._backend
 
@@ -158,3 +162,33 @@ class TorchExactSearch:
         if not scores:
             return np.empty((0, k), dtype=np.float32), np.empty((0, k), dtype=np.int64)
         return np.concatenate(scores), np.concatenate(rows)
+
+
+class RowSet:
+    """The rows a filtered search may return, held three ways, each computed once: a boolean
+    mask (BM25 zeroes the scores outside it), the sorted row numbers (an exact scan of the
+    allowed rows) and the mask packed into bits, which faiss's `IDSelectorBitmap` reads in
+    O(1) per candidate row (`selector()`; faiss keeps no copy, so the bits live here)."""
+
+    __slots__ = ("_bits", "mask", "rows")
+
+    def __init__(self, mask: npt.NDArray[np.bool_]) -> None:
+        self.mask = np.ascontiguousarray(mask, dtype=np.bool_)
+        self.mask.setflags(write=False)
+        self.rows: Rows = np.flatnonzero(self.mask).astype(np.int64)
+        self._bits = np.packbits(self.mask, bitorder="little")
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+    @property
+    def total(self) -> int:
+        """Rows in the index the set was made for."""
+        return int(self.mask.size)
+
+    def selector(self) -> Any:
+        """A faiss ID selector over these rows (made per search: it holds a pointer into
+        `_bits`, which this object keeps alive while the search runs)."""
+        import faiss
+
+        return faiss.IDSelectorBitmap(self.total, faiss.swig_ptr(self._bits))

@@ -4,10 +4,12 @@ front matter) or from `--source-url` and the file's path."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 from urllib.parse import quote, urldefrag, urljoin, urlsplit
 
 from retrieval.corpus import Document, DocumentSection, read_corpus
@@ -112,6 +114,8 @@ class FileSource:
             sections=tuple(sections),
             path=file.shown,
             collection=self.collection,
+            tags=parsed.tags if parsed.tags is not None else folder_tags(file.relative),
+            modified=parsed.modified or _mtime(file),
         )
 
     def _page_url(self, file: SourceFile, parsed: ParsedFile) -> str | None:
@@ -125,3 +129,17 @@ class FileSource:
         if own and urlsplit(own).scheme:
             return urldefrag(own).url
         return from_prefix
+
+
+def folder_tags(relative: str) -> tuple[str, ...]:
+    """A file's tags when it declares none: the folders it lies in below the folder given
+    (`guide/admin/backup.md` → `guide`, `admin`); a file given alone has none."""
+    return tuple(PurePosixPath(relative).parent.parts)
+
+
+def _mtime(file: SourceFile) -> str | None:
+    try:
+        seconds = file.path.stat().st_mtime
+    except OSError:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")

@@ -8,6 +8,7 @@ level-1 heading is the page title, else the file's name. Anchors are GitHub's he
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any
 
@@ -32,7 +33,9 @@ class MarkdownParser:
         meta = _front_matter(tokens)
         title = _string(meta.get("title")) or _first_h1(tokens) or name
         url = _string(meta.get("url"))
-        return ParsedFile(title, tuple(_sections(tokens, title)), url)
+        modified = _date(meta.get("modified", meta.get("date")))
+        sections = tuple(_sections(tokens, title))
+        return ParsedFile(title, sections, url, _tags(meta.get("tags")), modified)
 
 
 def _front_matter(tokens: list[Token]) -> dict[str, Any]:
@@ -47,6 +50,22 @@ def _front_matter(tokens: list[Token]) -> dict[str, Any]:
 
 def _string(value: object) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
+
+
+def _tags(value: object) -> tuple[str, ...] | None:
+    """Front matter `tags:` as a list, or as one string of comma-separated tags."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list):
+        return None
+    return tuple(dict.fromkeys(tag for item in value if (tag := str(item).strip())))
+
+
+def _date(value: object) -> str | None:
+    """A front matter date (YAML gives a date or datetime for an unquoted one) as ISO 8601."""
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    return _string(value)
 
 
 def _first_h1(tokens: list[Token]) -> str | None:

@@ -19,11 +19,15 @@ class Section:
 
 @dataclass(frozen=True, slots=True)
 class ParsedFile:
-    """`url`: the page's own address (an HTML canonical link, Markdown front matter `url:`)."""
+    """`url`: the page's own address (an HTML canonical link, Markdown front matter `url:`);
+    `tags` and `modified` (ISO 8601) where the file declares them (Markdown front matter), else
+    None: the file source then takes its folders and its mtime."""
 
     title: str
     sections: tuple[Section, ...]
     url: str | None = None
+    tags: tuple[str, ...] | None = None
+    modified: str | None = None
 
     @property
     def has_text(self) -> bool:

@@ -16,6 +16,7 @@ from retrieval.embedder import Vectors
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import SearchDepth
 from retrieval.index.loaded import LoadedIndex
+from retrieval.index.vector_search import RowSet
 from retrieval.passage import ScoredPassage
 from retrieval.search.fusion import FusionConfig
 
@@ -27,6 +28,9 @@ class SearchRequest:
     vector: Vectors | None
     k: int
     depth: SearchDepth | None = None
+    # The rows the search may return (`filters.FilterTable.rows`), filtered inside the
+    # search: the best k of them. None: every row.
+    allowed: RowSet | None = None
 
 
 class Searcher(Protocol):

@@ -18,7 +18,8 @@ class DenseSearcher:
     def rows(self, request: SearchRequest, k: int) -> list[tuple[int, float]]:
         if request.vector is None:
             raise RetrievalError("dense search needs the query vector")
-        return self._index.dense.search_rows(request.vector, k, request.depth)[0]
+        dense = self._index.dense
+        return dense.search_rows(request.vector, k, request.depth, request.allowed)[0]
 
     def search(self, request: SearchRequest) -> list[ScoredPassage]:
         return passages_of(self._index, self.rows(request, request.k))

@@ -1,5 +1,6 @@
 """Hybrid search: the dense and the lexical lists, each `fusion_depth` deep, fused by
-reciprocal rank (`fusion.py`)."""
+reciprocal rank (`fusion.py`). A filtered search filters both lists inside their searches, so
+the fusion sees only allowed rows, each list as deep as unfiltered."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ class LexicalSearcher:
         self._bm25 = bm25
 
     def rows(self, request: SearchRequest, k: int) -> list[tuple[int, float]]:
-        return self._bm25.search(request.query, k)
+        allowed = None if request.allowed is None else request.allowed.mask
+        return self._bm25.search(request.query, k, allowed)
 
     def search(self, request: SearchRequest) -> list[ScoredPassage]:
         return passages_of(self._index, self.rows(request, request.k))

@@ -101,10 +101,13 @@ def test_keys_add_list_and_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[
         code: int = args.run(args)
         return code
 
-    assert run("add", "--file", str(path), "--id", "team-a", "--tier", "premium") == 0
+    assert (
+        run("add", "--file", str(path), "--all-collections", "--id", "team-a", "--tier", "premium")
+        == 0
+    )
     key = capsys.readouterr().out.strip()
     assert KeyRing(read_api_keys(path)).find(key) is not None
-    assert run("add", "--file", str(path), "--id", "team-a") == 2
+    assert run("add", "--file", str(path), "--all-collections", "--id", "team-a") == 2
     assert run("list", "--file", str(path)) == 0
     listed = capsys.readouterr().out
     assert "team-a\ttier=premium" in listed
@@ -125,11 +128,17 @@ def test_keys_add_refuses_a_tier_the_service_does_not_serve(
         code: int = args.run(args)
         return code
 
-    assert run("add", "--file", str(path), "--id", "team-g", "--tier", "gold") == 2
+    assert (
+        run("add", "--file", str(path), "--all-collections", "--id", "team-g", "--tier", "gold")
+        == 2
+    )
     assert "tier 'gold' is not one of ['premium', 'standard']" in capsys.readouterr().err
     assert not path.exists()
     monkeypatch.setenv("ANSWER_TIER_WEIGHTS", '{"gold": 2, "standard": 1}')
-    assert run("add", "--file", str(path), "--id", "team-g", "--tier", "gold") == 0
+    assert (
+        run("add", "--file", str(path), "--all-collections", "--id", "team-g", "--tier", "gold")
+        == 0
+    )
     assert [k.tier for k in read_api_keys(path)] == ["gold"]
 
 
@@ -143,11 +152,77 @@ def test_keys_add_admin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         code: int = args.run(args)
         return code
 
-    assert run("add", "--file", str(path), "--id", "ops", "--admin") == 0
-    assert run("add", "--file", str(path), "--id", "team") == 0
+    assert run("add", "--file", str(path), "--all-collections", "--id", "ops", "--admin") == 0
+    assert run("add", "--file", str(path), "--all-collections", "--id", "team") == 0
     assert [(k.key_id, k.admin) for k in read_api_keys(path)] == [("ops", True), ("team", False)]
     capsys.readouterr()
     assert run("list", "--file", str(path)) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].endswith("\tadmin")
     assert not listed[1].endswith("\tadmin")
+
+
+def test_keys_add_needs_its_collections_and_old_keys_read_every_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_keys_commands(parser.add_subparsers(dest="command"))
+    path = tmp_path / "keys.json"
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["keys", *argv])
+        code: int = args.run(args)
+        return code
+
+    with pytest.raises(SystemExit):
+        run("add", "--file", str(path), "--id", "none")
+    assert "one of the arguments --collections --all-collections is required" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        run("add", "--file", str(path), "--id", "both", "--collections", "a", "--all-collections")
+    assert run("add", "--file", str(path), "--id", "empty", "--collections", " , ") == 2
+    assert "at least one collection" in capsys.readouterr().err
+    assert run("add", "--file", str(path), "--id", "ab", "--collections", "a, b") == 0
+    assert run("add", "--file", str(path), "--id", "all", "--all-collections") == 0
+    keys = {k.key_id: k for k in read_api_keys(path)}
+    assert keys["ab"].collections == frozenset({"a", "b"})
+    assert keys["ab"].may_read("a")
+    assert not keys["ab"].may_read("c")
+    assert keys["all"].collections is None
+    assert json.loads(path.read_text())["keys"][0]["collections"] == ["a", "b"]
+    capsys.readouterr()
+    assert run("list", "--file", str(path)) == 0
+    assert "collections=a,b" in capsys.readouterr().out
+    # A key file written before collections existed: its keys read every collection.
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"keys": [{"id": "k", "sha256": "0" * 64, "tier": "standard"}]}))
+    assert read_api_keys(old)[0].collections is None
+    old.write_text(
+        json.dumps({"keys": [{"id": "k", "sha256": "0" * 64, "tier": "x", "collections": "a"}]})
+    )
+    with pytest.raises(ApiKeyFileError, match="collections must be a list"):
+        read_api_keys(old)
+
+
+def test_a_request_reads_its_filters_within_its_key_s_collections() -> None:
+    from answer_service.errors import ForbiddenError
+    from answer_service.http.answering import passage_filter
+    from answer_service.http.schemas import FiltersIn
+    from retrieval.search.filters import PassageFilter
+
+    limited = ApiKey("a", "0" * 64, "standard", collections=frozenset({"a", "b"}))
+    every = ApiKey("all", "1" * 64, "standard")
+    assert passage_filter(None, None) is None
+    assert passage_filter(None, every) is None
+    assert passage_filter(None, limited) == PassageFilter(collections=frozenset({"a", "b"}))
+    asked = FiltersIn(collection="a", path_prefix="guide/", tags=["ops"])
+    assert passage_filter(asked, limited) == PassageFilter(
+        frozenset({"a"}), "guide/", frozenset({"ops"})
+    )
+    assert passage_filter(FiltersIn(tags=["x"]), limited) == PassageFilter(
+        frozenset({"a", "b"}), None, frozenset({"x"})
+    )
+    assert passage_filter(FiltersIn(collection=["c"]), None) == PassageFilter(frozenset({"c"}))
+    with pytest.raises(ForbiddenError, match=r"may not read collection\(s\) \['c'\]"):
+        passage_filter(FiltersIn(collection=["a", "c"]), limited)

@@ -32,8 +32,15 @@ class ApiKey:
     burst: int = 10
     # Answers this key may have open at once (streams or not), per replica.
     max_streams: int = 4
-    # Sees every tenant's traces (`GET /v1/traces`), not only its own.
+    # Sees every tenant's traces (`GET /v1/traces`), not only its own (a key limited to some
+    # collections sees only its own, admin or not: others' traces may name their passages).
     admin: bool = False
+    # The collections it may read; None: every collection (`--all-collections`, and every key
+    # written before collections existed, whose entry has no `collections`).
+    collections: frozenset[str] | None = None
+
+    def may_read(self, collection: str) -> bool:
+        return self.collections is None or collection in self.collections
 
 
 class ApiKeyFileError(ValueError):
@@ -60,7 +67,8 @@ def check_tier(key: ApiKey, tiers: Collection[str]) -> None:
 
 def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiKey]:
     """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?,
-    "admin"?}, ...]}`;
+    "admin"?, "collections"?}, ...]}` (`collections`: a list of names, or null or absent for
+    every collection);
     a malformed file, or (given the served `tiers`) a key of another tier, is refused with
     the reason."""
     try:
@@ -81,6 +89,7 @@ def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiK
                 burst=int(entry.get("burst", 10)),
                 max_streams=int(entry.get("max_streams", 4)),
                 admin=entry.get("admin", False),
+                collections=_collections(entry.get("collections")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ApiKeyFileError(f"{path}: key {n}: {exc!r}") from exc
@@ -102,11 +111,29 @@ def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiK
     return keys
 
 
+def _collections(raw: object) -> frozenset[str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(c, str) and c for c in raw):
+        raise ValueError("collections must be a list of names, or null for every collection")
+    return frozenset(raw)
+
+
+def parse_collections(text: str) -> frozenset[str]:
+    """`a,b` (as `keys add --collections` takes them) as names; none is refused."""
+    names = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise ApiKeyFileError("--collections needs at least one collection name")
+    return names
+
+
 def write_api_keys(path: Path, keys: Iterable[ApiKey]) -> None:
     entries = []
     for key in keys:
         entry = asdict(key)
         entry["id"] = entry.pop("key_id")
+        collections = entry.pop("collections")
+        entry["collections"] = None if collections is None else sorted(collections)
         entries.append(entry)
     partial = path.with_suffix(path.suffix + ".partial")
     partial.write_text(json.dumps({"keys": entries}, indent=2) + "\n")
