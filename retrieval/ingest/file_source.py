@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from pathlib import Path
 from urllib.parse import quote, urldefrag, urljoin, urlsplit
 
 from retrieval.corpus import Document, DocumentSection, read_corpus
@@ -27,6 +28,7 @@ class FileSource:
         self.collection = collection
         self.source_url = source_url
         self._skipped: list[SkippedFile] = []
+        self._file_of: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -50,16 +52,26 @@ class FileSource:
     def expected_documents(self) -> int:
         return len(self.found.files)
 
-    def documents(self) -> Iterator[Document]:
+    def documents(self, only: Collection[str] | None = None) -> Iterator[Document]:
         self._skipped = []
+        self._file_of = {}
         seen: set[str] = set()
         for file in self.found.files:
+            if only is not None and file.shown not in only:
+                continue
             for document in self._read(file):
                 if document.doc_id in seen:
                     self._skip(file, f"duplicate document id {document.doc_id!r}")
                     continue
                 seen.add(document.doc_id)
+                self._file_of[document.doc_id] = file.shown
                 yield document
+
+    def files(self) -> list[tuple[str, Path]]:
+        return [(file.shown, file.path) for file in self.found.files]
+
+    def file_of(self, doc_id: str) -> str | None:
+        return self._file_of.get(doc_id)
 
     def _read(self, file: SourceFile) -> Iterator[Document]:
         if file.file_format == "jsonl":
