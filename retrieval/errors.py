@@ -6,6 +6,7 @@
     │                              the build lists it and goes on
     ├── IndexNotFoundError         no index (or no manifest) in the given directory
     ├── IndexMismatchError         the saved index does not match the embedder or corpus in use
+    ├── IndexBusyError             another build or sync is writing the index directory
     └── RetrievalTimeoutError      a stage could not finish before its deadline
 
 Third-party errors (faiss, torch, I/O) are wrapped at the boundary with `raise ... from exc`.
@@ -39,6 +40,10 @@ class IndexNotFoundError(RetrievalError):
 
 
 class IndexMismatchError(RetrievalError):
+    pass
+
+
+class IndexBusyError(RetrievalError):
     pass
 
 

@@ -63,6 +63,41 @@ def _index_build(args: argparse.Namespace) -> int:
     return 2 if report.skipped else 0
 
 
+def _index_sync(args: argparse.Namespace) -> int:
+    """Exit 0: in sync; 2: synced, with files skipped; 1: nothing was changed (an error)."""
+    from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+    from retrieval.errors import RetrievalError
+    from retrieval.index.sync import sync_index
+    from retrieval.ingest.source import IngestOptions
+
+    try:
+        options = IngestOptions(args.collection, args.source_url)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    embedder = SentenceTransformerEmbedder(EmbedderConfig(model=args.embedder, device=args.device))
+    try:
+        report = sync_index(
+            args.paths, args.index, embedder, options=options, batch_size=args.batch_size
+        )
+    except (RetrievalError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    revision = report.revision
+    outcome = (
+        f"generation {revision.generation.name} published in {revision.seconds:.1f} s"
+        if revision.generation is not None
+        else "already in sync, nothing published"
+    )
+    print(
+        f"index {args.index}: {report.added} added, {report.changed} changed, "
+        f"{report.removed} removed, {report.unchanged} unchanged; {revision.passages} passages "
+        f"({revision.embedded_passages} embedded); {outcome}"
+    )
+    _print_skipped(report.skipped)
+    return 2 if report.skipped else 0
+
+
 def _print_skipped(skipped: Sequence[SkippedFile]) -> None:
     if skipped:
         print(f"{len(skipped)} file(s) skipped:", file=sys.stderr)
@@ -171,6 +206,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--force", action="store_true", help="rebuild even if current")
     build.set_defaults(run=_index_build)
+
+    sync = index.add_parser(
+        "sync",
+        help="re-scan files and folders; embed only new and changed documents, remove deleted",
+        description="Publishes a new generation of the index in one atomic step; a serving "
+        "process picks it up within ANSWER_INDEX_WATCH_S. Documents put over HTTP and files "
+        "outside the paths given are kept. Exit status: 0 in sync, 2 synced with files "
+        "skipped, 1 on error (the served generation is untouched).",
+    )
+    sync.add_argument("paths", type=Path, nargs="+", metavar="PATH")
+    sync.add_argument("--index", type=Path, required=True, help="index directory")
+    sync.add_argument("--collection", default="default")
+    sync.add_argument("--source-url", metavar="PREFIX")
+    sync.add_argument("--embedder", default=Settings.model_fields["embedder_model"].default)
+    sync.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    sync.add_argument("--batch-size", type=int, default=64)
+    sync.set_defaults(run=_index_sync)
 
     serve = commands.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--index", type=Path, required=True)

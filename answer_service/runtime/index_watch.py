@@ -1,5 +1,6 @@
-"""Swapping the index while serving: publish a new index directory, point `index_dir` at it
-(typically a symlink that the deployment flips with an atomic rename), and the service opens
+"""Swapping the index while serving: `index build` and `index sync` publish a new generation
+(retrieval/index/generations.py), or a deployment flips a symlink to another index directory
+with an atomic rename; the service opens
 it beside the old one, swaps it in between requests, and closes the old one once the requests
 that started on it have had time to finish. No request is dropped; a request under way keeps
 the index it started with (answer_service/pipeline/retrieval_steps.py).
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from retrieval.embedder import Embedder
 from retrieval.errors import RetrievalError
+from retrieval.index.generations import served_generation
 from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
@@ -31,8 +33,9 @@ class Swappable(Protocol):
 
 
 def index_identity(index_dir: Path) -> tuple[str, str]:
-    """Where `index_dir` points and what its manifest says (blocking)."""
-    return str(index_dir.resolve()), (index_dir / "manifest.json").read_text()
+    """Which generation `index_dir` serves and what its manifest says (blocking)."""
+    served = served_generation(index_dir).resolve()
+    return str(served), (served / "manifest.json").read_text()
 
 
 class IndexWatcher:

@@ -155,9 +155,10 @@ class Settings(BaseSettings):
 
     cache_dir: Path = Field(default_factory=default_cache_dir)
     index_dir: Path | None = None
-    # Seconds between checks of `index_dir` for a new index (a flipped symlink, a rewritten
-    # manifest), swapped in without dropping a request; 0: never (answer_service/runtime/index_watch.py).
-    index_watch_s: float = Field(default=0.0, ge=0.0)
+    # Seconds between checks of `index_dir` for a new generation (`index sync`, the document
+    # API) or a flipped symlink, swapped in without dropping a request; 0: never
+    # (answer_service/runtime/index_watch.py).
+    index_watch_s: float = Field(default=2.0, ge=0.0)
 
     embedder_model: str = DEFAULT_EMBEDDER
     # Where the embedder, reranker and index run: auto (GPU 0 where torch sees one, else the

@@ -13,10 +13,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from retrieval.corpus import Document
 from retrieval.embedder import Embedder, passage_embedding_text
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import AnnConfig
+from retrieval.index.documents import DocumentRecord, content_hash, document_ingest, file_hash
 from retrieval.index.faiss_index import FORMAT_VERSION, IndexManifest, read_manifest
+from retrieval.index.generations import WriterLock
 from retrieval.index.writer import IndexWriter
 from retrieval.ingest.scan import SkippedFile
 from retrieval.ingest.source import DocumentSource, open_source
@@ -84,9 +87,33 @@ def _build_key(checksum: str, embedder: Embedder, chunking: ChunkingConfig) -> s
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
 
+def _record(
+    corpus: DocumentSource, document: Document, ingest: str, hashes: dict[str, str]
+) -> DocumentRecord:
+    """The document's row in the table, its rows filled in at commit."""
+    shown = corpus.file_of(document.doc_id)
+    paths = dict(corpus.files()) if not hashes and shown else {}
+    for name, path in paths.items():
+        hashes[name] = file_hash(path)
+    return DocumentRecord(
+        doc_id=document.doc_id,
+        collection=document.collection,
+        origin="files",
+        source=shown,
+        file_hash=hashes.get(shown) if shown else None,
+        content_hash=content_hash(document),
+        ingest=ingest,
+        first_row=0,
+        rows=0,
+        title=document.title,
+        path=document.path,
+    )
+
+
 def _embed_corpus(
     corpus: DocumentSource,
     writer: IndexWriter,
+    records: dict[str, DocumentRecord],
     embedder: Embedder,
     chunking: ChunkingConfig,
     batch_size: int,
@@ -99,6 +126,8 @@ def _embed_corpus(
     """
     skip = writer.resumed.documents
     embedded = 0
+    ingest = document_ingest(chunking, corpus.source_url)
+    hashes: dict[str, str] = {}
     # (documents split so far, passages they made), in order; consumed by checkpoints.
     split: deque[tuple[int, int]] = deque()
     bar = tqdm(
@@ -109,6 +138,7 @@ def _embed_corpus(
         nonlocal embedded
         produced = writer.count
         for number, document in enumerate(corpus.documents(), start=1):
+            records[document.doc_id] = _record(corpus, document, ingest, hashes)
             if number <= skip:
                 continue
             for passage in split_document(document, embedder, chunking):
@@ -161,6 +191,23 @@ def build_index(
     """
     if isinstance(corpus, Path):
         corpus = open_source([corpus])
+    with WriterLock(out_dir):
+        return _build(
+            corpus, out_dir, embedder, chunking, ann, lexical, batch_size, progress, force
+        )
+
+
+def _build(
+    corpus: DocumentSource,
+    out_dir: Path,
+    embedder: Embedder,
+    chunking: ChunkingConfig | None,
+    ann: AnnConfig | None,
+    lexical: bool,
+    batch_size: int,
+    progress: bool,
+    force: bool,
+) -> BuildReport:
     chunking = chunking or ChunkingConfig()
     ann = ann or AnnConfig()
     started_s = time.monotonic()
@@ -175,8 +222,9 @@ def build_index(
     key = _build_key(checksum, embedder, chunking)
     writer = IndexWriter(out_dir, embedder.dimension, key)
     try:
+        records: dict[str, DocumentRecord] = {}
         documents = _embed_corpus(
-            corpus, writer, embedder, chunking, batch_size, total_documents, progress
+            corpus, writer, records, embedder, chunking, batch_size, total_documents, progress
         )
         if writer.count == 0:
             raise RetrievalError(f"{corpus.name or 'the paths given'} holds no text to index")
@@ -194,7 +242,7 @@ def build_index(
             hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
             lexical_index="bm25" if lexical else None,
         )
-        writer.commit(manifest, ann, embedder)
+        writer.commit(manifest, ann, embedder, records)
     except BaseException:
         writer.close()
         raise

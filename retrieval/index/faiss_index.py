@@ -20,6 +20,7 @@ import numpy as np
 from retrieval.embedder import Vectors
 from retrieval.errors import IndexMismatchError, IndexNotFoundError, RetrievalError
 from retrieval.index.ann import IndexKind, SearchDepth, search_parameters
+from retrieval.index.generations import served_generation
 from retrieval.index.placement import GpuBackends, IndexPlacement, place_index
 from retrieval.index.vector_search import FaissSearch, RowSet, VectorSearch
 from retrieval.passage import Passage, ScoredPassage
@@ -228,6 +229,7 @@ class FaissIndex:
     ) -> FaissIndex:
         """Load and check against the embedder in use (and the corpus, when given), then place
         it (`device`: auto, cpu, cuda or cuda:N; `max_gpu_bytes`: its share of that GPU)."""
+        directory = served_generation(directory)
         manifest = read_manifest(directory)
         check_manifest(
             manifest,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from retrieval.index.bm25_index import BM25Index
 from retrieval.index.faiss_index import FaissIndex, IndexManifest
+from retrieval.index.generations import served_generation
 from retrieval.passage import Passage
 from retrieval.sentences.store import SentenceStore
 
@@ -50,6 +51,7 @@ class LoadedIndex:
     ) -> LoadedIndex:
         """Load and check every part against the embedder in use (and the corpus, when
         given). Blocking."""
+        directory = served_generation(directory)
         dense = FaissIndex.load(
             directory,
             embedder=embedder,

@@ -5,7 +5,7 @@ and their vectors are appended batch by batch, and a checkpoint records how many
 documents are in. A build that stops (crash, Ctrl-C, a killed machine) leaves the staging
 folder; the next build of the same corpus, embedder and chunking continues after the last
 checkpoint instead of embedding everything again. Only `commit` makes the index appear at
-the target, atomically replacing what was there.
+the target, as its next generation (the one served from then on).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 from retrieval.embedder import Embedder, Vectors, passage_embedding_text
 from retrieval.index.ann import AnnConfig, build_search_index
 from retrieval.index.bm25_index import BM25Config, BM25Index
+from retrieval.index.documents import DocumentRecord, rows_of, write_documents
 from retrieval.index.faiss_index import (
     INDEX_FILE,
     MANIFEST_FILE,
@@ -33,6 +34,7 @@ from retrieval.index.faiss_index import (
     passage_to_json,
     read_passages,
 )
+from retrieval.index.generations import publish
 from retrieval.passage import Passage
 from retrieval.sentences.store import SentenceStore
 
@@ -107,9 +109,17 @@ class IndexWriter:
             self.staging / PROGRESS_FILE, Checkpoint(self.resumed.key, documents, passages)
         )
 
-    def commit(self, manifest: IndexManifest, ann: AnnConfig, embedder: Embedder) -> None:
-        """Build the manifest's kind of index from the vectors added, the lexical index and the
-        sentences with their vectors, then swap it all in."""
+    def commit(
+        self,
+        manifest: IndexManifest,
+        ann: AnnConfig,
+        embedder: Embedder,
+        documents: dict[str, DocumentRecord] | None = None,
+    ) -> None:
+        """Build the manifest's kind of index from the vectors added, the lexical index, the
+        sentences with their vectors and the table of `documents` (by id), then publish it as
+        the directory's next generation (retrieval/index/generations.py). Without `documents` it
+        has no table, and `index sync` refuses it."""
         self._passages_file.close()
         self._vectors_file.close()
         index = build_search_index(self._index, manifest.index_type, ann)
@@ -126,16 +136,12 @@ class IndexWriter:
             len(sentences),
             time.monotonic() - started_s,
         )
+        if documents is not None:
+            write_documents(self.staging, rows_of(documents, passages))
         (self.staging / VECTORS_FILE).unlink()
         (self.staging / PROGRESS_FILE).unlink()
         (self.staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
-        if self.directory.exists():
-            previous = self.directory.with_name(f".{self.directory.name}.old-{os.getpid()}")
-            self.directory.rename(previous)
-            self.staging.rename(self.directory)
-            shutil.rmtree(previous, ignore_errors=True)
-        else:
-            self.staging.rename(self.directory)
+        publish(self.directory, self.staging)
 
     def close(self) -> None:
         """Stop writing, keeping the staging folder for a later build to resume."""

@@ -8,8 +8,8 @@ import datetime
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
-from pathlib import PurePosixPath
+from collections.abc import Collection, Iterator
+from pathlib import Path, PurePosixPath
 from urllib.parse import quote, urldefrag, urljoin, urlsplit
 
 from retrieval.corpus import Document, DocumentSection, read_corpus
@@ -29,6 +29,7 @@ class FileSource:
         self.collection = collection
         self.source_url = source_url
         self._skipped: list[SkippedFile] = []
+        self._file_of: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -52,16 +53,26 @@ class FileSource:
     def expected_documents(self) -> int:
         return len(self.found.files)
 
-    def documents(self) -> Iterator[Document]:
+    def documents(self, only: Collection[str] | None = None) -> Iterator[Document]:
         self._skipped = []
+        self._file_of = {}
         seen: set[str] = set()
         for file in self.found.files:
+            if only is not None and file.shown not in only:
+                continue
             for document in self._read(file):
                 if document.doc_id in seen:
                     self._skip(file, f"duplicate document id {document.doc_id!r}")
                     continue
                 seen.add(document.doc_id)
+                self._file_of[document.doc_id] = file.shown
                 yield document
+
+    def files(self) -> list[tuple[str, Path]]:
+        return [(file.shown, file.path) for file in self.found.files]
+
+    def file_of(self, doc_id: str) -> str | None:
+        return self._file_of.get(doc_id)
 
     def _read(self, file: SourceFile) -> Iterator[Document]:
         if file.file_format == "jsonl":

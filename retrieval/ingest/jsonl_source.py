@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from retrieval.corpus import Document, corpus_checksum, read_corpus
@@ -22,6 +22,10 @@ class JsonlSource:
         return self.path.name
 
     @property
+    def source_url(self) -> str | None:
+        return None
+
+    @property
     def skipped(self) -> tuple[SkippedFile, ...]:
         return ()
 
@@ -36,5 +40,13 @@ class JsonlSource:
     def expected_documents(self) -> int:
         return sum(1 for _ in read_corpus(self.path))
 
-    def documents(self) -> Iterator[Document]:
+    def documents(self, only: Collection[str] | None = None) -> Iterator[Document]:
+        if only is not None and self.name not in only:
+            return iter(())
         return read_corpus(self.path, self.collection)
+
+    def files(self) -> list[tuple[str, Path]]:
+        return [(self.name, self.path)]
+
+    def file_of(self, doc_id: str) -> str | None:
+        return self.name

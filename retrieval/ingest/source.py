@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -35,6 +35,11 @@ class DocumentSource(Protocol):
         ...
 
     @property
+    def source_url(self) -> str | None:
+        """The URL prefix its files' paths are appended to, if any."""
+        ...
+
+    @property
     def skipped(self) -> tuple[SkippedFile, ...]:
         """What could not be read, with the reason; complete once `documents()` has run."""
         ...
@@ -47,8 +52,17 @@ class DocumentSource(Protocol):
         """About how many documents `documents()` yields (a progress total)."""
         ...
 
-    def documents(self) -> Iterator[Document]:
-        """The documents, always in the same order for the same input."""
+    def documents(self, only: Collection[str] | None = None) -> Iterator[Document]:
+        """The documents, always in the same order for the same input; `only`: of these
+        files (as `files()` names them)."""
+        ...
+
+    def files(self) -> list[tuple[str, Path]]:
+        """Every file read, as shown to users, and its path."""
+        ...
+
+    def file_of(self, doc_id: str) -> str | None:
+        """The file (as `files()` shows it) a document `documents()` yielded came from."""
         ...
 
 
