@@ -60,6 +60,7 @@ def content_hash(document: Document) -> str:
         document.text,
         document.path,
         document.collection,
+        list(document.tags),
         [asdict(section) for section in document.sections],
     ]
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
