@@ -3,6 +3,8 @@
     ServiceError                 base: carries an HTTP status and a stable `code`
     ├── InvalidRequestError      400/422: the request cannot be answered as asked
     ├── NotFoundError            404: no such thing (a passage id the index does not hold)
+    ├── ConflictError            409: another writer holds the index, or the id is taken
+    ├── UnsupportedMediaError    415: a document of a type the service cannot parse
     ├── NotReadyError            503: warm-up has not finished (index, models, chat template)
     ├── OverloadedError          503: no plan can make the budget now (with Retry-After)
     ├── UpstreamUnavailableError 503: SGLang cannot be reached
@@ -73,6 +75,16 @@ class UnauthorizedError(ServiceError):
 class ForbiddenError(ServiceError):
     status_code = 403
     code = "forbidden"
+
+
+class ConflictError(ServiceError):
+    status_code = 409
+    code = "conflict"
+
+
+class UnsupportedMediaError(ServiceError):
+    status_code = 415
+    code = "unsupported_media_type"
 
 
 class PayloadTooLargeError(ServiceError):

@@ -50,6 +50,7 @@ def _add(args: argparse.Namespace) -> int:
         args.max_streams,
         admin=args.admin,
         collections=None if args.all_collections else parse_collections(args.collections),
+        write=parse_collections(args.write, "--write") if args.write else frozenset(),
     )
     check_tier(entry, _served_tiers())
     keys.append(entry)
@@ -64,7 +65,7 @@ def _list(args: argparse.Namespace) -> int:
         print(
             f"{key.key_id}\ttier={key.tier}\trate={key.rate_per_s:g}/s\tburst={key.burst}"
             f"\tmax_streams={key.max_streams}\tcollections={readable}"
-            + ("\tadmin" if key.admin else "")
+            f"\twrite={','.join(sorted(key.write)) or '-'}" + ("\tadmin" if key.admin else "")
         )
     return 0
 
@@ -113,6 +114,12 @@ def add_keys_commands(commands: Any) -> None:
     )
     readable.add_argument(
         "--all-collections", action="store_true", help="it may read every collection"
+    )
+    add.add_argument(
+        "--write",
+        metavar="A,B",
+        help="collections it may put documents into and delete them from "
+        "(PUT/DELETE /v1/collections/{c}/documents/{id}); none by default",
     )
     add.set_defaults(run=_guarded(_add))
     listing = keys.add_parser("list", help="the keys' ids, tiers and limits (no secrets)")

@@ -29,11 +29,13 @@ from answer_service.errors import (
     ServiceError,
     UnauthorizedError,
 )
+from answer_service.runtime.document_writer import DOCUMENT_MAX_BYTES
 from answer_service.runtime.keys.auth import ApiKey
 
 logger = logging.getLogger(__name__)
 
 PROTECTED_PREFIX = "/v1/"
+COLLECTIONS_PREFIX = "/v1/collections/"
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -119,6 +121,8 @@ class AccessMiddleware:
         if scope["path"].startswith(PROTECTED_PREFIX):
             send = _timing_refusals(send, components)
         limit = components.settings.max_body_bytes
+        if scope["method"] == "PUT" and scope["path"].startswith(COLLECTIONS_PREFIX):
+            limit = DOCUMENT_MAX_BYTES  # the body is a document
         length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             await _refuse(send, PayloadTooLargeError(f"the body is over {limit} bytes"))

@@ -40,6 +40,7 @@ from answer_service.http.answering import (
 )
 from answer_service.http.dashboard import mount_static
 from answer_service.http.dashboard import router as dashboard_router
+from answer_service.http.documents import router as documents_router
 from answer_service.http.openai_chat import router as openai_router
 from answer_service.http.openapi_limits import document_limits
 from answer_service.http.page import router as page_router
@@ -301,6 +302,7 @@ def create_app(settings: Settings | None = None, experiment: Experiment = SHIPPE
     app.include_router(openai_router)
     app.include_router(responses_router)
     app.include_router(passages_router)
+    app.include_router(documents_router)
     document_limits(app, settings)
     app.include_router(dashboard_router)
     app.include_router(page_router)

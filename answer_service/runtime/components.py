@@ -28,6 +28,7 @@ from answer_service.runtime.configs import (
     reranker_config,
     scorer_weights,
 )
+from answer_service.runtime.document_writer import DocumentWriter
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.index_watch import IndexWatcher
 from answer_service.runtime.keys.auth import KeyRing, StreamCounts, read_api_keys
@@ -107,6 +108,10 @@ class Components:
     # The stage models measured at warm-up (the rest keep the shipped priors).
     calibrated_stages: list[str] = field(default_factory=list)
     reranker_status: str = "not loaded"
+    # Documents put and deleted over HTTP, and the watcher that swaps in what they publish
+    # (both set in warm-up).
+    documents: DocumentWriter | None = None
+    index_watcher: IndexWatcher | None = None
     # The sentence reader and its mix, loaded once with the first index (None: not used).
     reader: tuple[SentenceReader, ReadMix] | None = None
     _reader_loaded: bool = field(default=False)
@@ -242,11 +247,14 @@ class Components:
             self.retriever.index.dense.search_backend,
         )
         self._reranker_task = asyncio.get_running_loop().create_task(self._load_reranker())
+        grace_s = settings.max_ttft_budget_ms / 1000.0 * settings.ttft_timeout_factor
+        watcher = IndexWatcher(
+            self, settings.index_dir, every_s=settings.index_watch_s, grace_s=grace_s
+        )
+        await watcher.remember()
+        self.index_watcher = watcher
+        self.documents = DocumentWriter(settings.index_dir, self.retriever.embedder)
         if settings.index_watch_s > 0:
-            grace_s = settings.max_ttft_budget_ms / 1000.0 * settings.ttft_timeout_factor
-            watcher = IndexWatcher(
-                self, settings.index_dir, every_s=settings.index_watch_s, grace_s=grace_s
-            )
             self._watch_task = asyncio.get_running_loop().create_task(watcher.run())
 
     def place_models(self) -> Placement:

@@ -49,12 +49,22 @@ class IndexWatcher:
         self.grace_s = grace_s
         self.swaps = 0
         self._seen: tuple[str, str] | None = None
+        self._checking = asyncio.Lock()
         self._closing: set[asyncio.Task[None]] = set()
 
-    async def run(self) -> None:
+    async def remember(self) -> None:
+        """Take what `index_dir` serves now as what is being served."""
         self._seen = await self._identity()
+
+    async def run(self) -> None:
         while True:
             await asyncio.sleep(self.every_s)
+            await self.check()
+
+    async def check(self) -> None:
+        """Swap in what `index_dir` serves now if it changed (also called right after this
+        process publishes a generation, so its own writes are read at once)."""
+        async with self._checking:
             identity = await self._identity()
             if identity is not None and identity != self._seen:
                 await self._swap(identity)

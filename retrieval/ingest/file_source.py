@@ -99,32 +99,12 @@ class FileSource:
         self._skipped.append(SkippedFile(file.shown, reason))
 
     def _document(self, file: SourceFile, parsed: ParsedFile) -> Document:
-        page_url = self._page_url(file, parsed)
-        parts: list[str] = []
-        sections: list[DocumentSection] = []
-        start = 0
-        for section in parsed.sections:
-            if not section.text.strip():
-                continue
-            if parts:
-                start += len(_SECTION_BREAK)
-            parts.append(section.text)
-            end = start + len(section.text)
-            url = None
-            if page_url is not None:
-                fragment = section.anchor or (f"page={section.page}" if section.page else "")
-                url = f"{page_url}#{fragment}" if fragment else page_url
-            sections.append(
-                DocumentSection(start, end, section.heading_path, section.anchor, section.page, url)
-            )
-            start = end
-        return Document(
+        return document_of(
+            parsed,
             doc_id=file.shown.replace("#", "%23"),
-            title=parsed.title,
-            text=_SECTION_BREAK.join(parts),
-            sections=tuple(sections),
             path=file.shown,
             collection=self.collection,
+            page_url=self._page_url(file, parsed),
             tags=parsed.tags if parsed.tags is not None else folder_tags(file.relative),
             modified=parsed.modified or _mtime(file),
         )
@@ -154,3 +134,45 @@ def _mtime(file: SourceFile) -> str | None:
     except OSError:
         return None
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
+
+
+def document_of(
+    parsed: ParsedFile,
+    *,
+    doc_id: str,
+    path: str | None,
+    collection: str,
+    page_url: str | None,
+    tags: tuple[str, ...],
+    modified: str | None,
+) -> Document:
+    """A parsed file as a document: its sections' texts joined, each section with its span,
+    heading path and URL (`page_url` and the section's anchor or page)."""
+    parts: list[str] = []
+    sections: list[DocumentSection] = []
+    start = 0
+    for section in parsed.sections:
+        if not section.text.strip():
+            continue
+        if parts:
+            start += len(_SECTION_BREAK)
+        parts.append(section.text)
+        end = start + len(section.text)
+        url = None
+        if page_url is not None:
+            fragment = section.anchor or (f"page={section.page}" if section.page else "")
+            url = f"{page_url}#{fragment}" if fragment else page_url
+        sections.append(
+            DocumentSection(start, end, section.heading_path, section.anchor, section.page, url)
+        )
+        start = end
+    return Document(
+        doc_id=doc_id,
+        title=parsed.title,
+        text=_SECTION_BREAK.join(parts),
+        sections=tuple(sections),
+        path=path,
+        collection=collection,
+        tags=tags,
+        modified=modified,
+    )

@@ -38,9 +38,15 @@ class ApiKey:
     # The collections it may read; None: every collection (`--all-collections`, and every key
     # written before collections existed, whose entry has no `collections`).
     collections: frozenset[str] | None = None
+    # The collections whose documents it may put and delete over HTTP (`--write`); none by
+    # default.
+    write: frozenset[str] = frozenset()
 
     def may_read(self, collection: str) -> bool:
         return self.collections is None or collection in self.collections
+
+    def may_write(self, collection: str) -> bool:
+        return collection in self.write
 
 
 class ApiKeyFileError(ValueError):
@@ -67,8 +73,8 @@ def check_tier(key: ApiKey, tiers: Collection[str]) -> None:
 
 def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiKey]:
     """`{"keys": [{"id", "sha256", "tier", "rate_per_s"?, "burst"?, "max_streams"?,
-    "admin"?, "collections"?}, ...]}` (`collections`: a list of names, or null or absent for
-    every collection);
+    "admin"?, "collections"?, "write"?}, ...]}` (`collections`: a list of names, or null or
+    absent for every collection; `write`: the collections it may put documents into);
     a malformed file, or (given the served `tiers`) a key of another tier, is refused with
     the reason."""
     try:
@@ -90,6 +96,7 @@ def read_api_keys(path: Path, tiers: Collection[str] | None = None) -> list[ApiK
                 max_streams=int(entry.get("max_streams", 4)),
                 admin=entry.get("admin", False),
                 collections=_collections(entry.get("collections")),
+                write=_collections(entry.get("write", [])) or frozenset(),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ApiKeyFileError(f"{path}: key {n}: {exc!r}") from exc
@@ -119,11 +126,12 @@ def _collections(raw: object) -> frozenset[str] | None:
     return frozenset(raw)
 
 
-def parse_collections(text: str) -> frozenset[str]:
-    """`a,b` (as `keys add --collections` takes them) as names; none is refused."""
+def parse_collections(text: str, option: str = "--collections") -> frozenset[str]:
+    """`a,b` (as `keys add --collections` and `--write` take them) as names; none is
+    refused."""
     names = frozenset(name.strip() for name in text.split(",") if name.strip())
     if not names:
-        raise ApiKeyFileError("--collections needs at least one collection name")
+        raise ApiKeyFileError(f"{option} needs at least one collection name")
     return names
 
 
@@ -134,6 +142,7 @@ def write_api_keys(path: Path, keys: Iterable[ApiKey]) -> None:
         entry["id"] = entry.pop("key_id")
         collections = entry.pop("collections")
         entry["collections"] = None if collections is None else sorted(collections)
+        entry["write"] = sorted(entry.pop("write"))
         entries.append(entry)
     partial = path.with_suffix(path.suffix + ".partial")
     partial.write_text(json.dumps({"keys": entries}, indent=2) + "\n")
