@@ -15,6 +15,10 @@ from pathlib import Path
 
 from retrieval.ingest.parsers import FileFormat, format_of
 
+# A file over this is skipped with the reason (a JSONL corpus, read line by line, is not): a
+# page or a manual is far smaller, and a parser holds the whole file in memory.
+MAX_FILE_BYTES = 128 * 2**20
+
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
@@ -103,6 +107,9 @@ def _classify(
                 None,
             )
         return None, None
+    size = target.stat().st_size
+    if size > MAX_FILE_BYTES and file_format != "jsonl":
+        return f"{size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES // 2**20} MiB a file may be", None
     if folder is None:
         return None, SourceFile(target, entry.name, entry.name, file_format)
     given, name = folder

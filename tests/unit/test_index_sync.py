@@ -208,3 +208,16 @@ def test_old_generations_are_pruned_and_the_manifest_link_follows(
     assert sorted(p.name for p in (index / "generations").iterdir()) == ["000003", "000004"]
     manifest = (index / "manifest.json").read_text()
     assert manifest == (served_generation(index) / "manifest.json").read_text()
+
+
+def test_a_changed_parser_parses_everything_again(
+    docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = tmp_path / "idx"
+    embedder = CountingEmbedder()
+    _build(docs, index, embedder)
+    embedder.texts.clear()
+    monkeypatch.setattr("retrieval.index.documents.PARSER_VERSION", 10_000)
+    report = sync_index([docs], index, embedder, progress=False)
+    assert (report.changed, report.unchanged) == (len(PAGES), 0)
+    assert "purr" in " ".join(embedder.texts)

@@ -10,6 +10,7 @@ from retrieval.errors import UnreadableFileError
 from retrieval.ingest.html_parser import HtmlParser
 from retrieval.ingest.markdown_parser import MarkdownParser
 from retrieval.ingest.pdf_parser import PdfParser
+from retrieval.ingest.scan import MAX_FILE_BYTES, scan
 from retrieval.ingest.source import IngestOptions, open_source
 from retrieval.ingest.text_parser import TextParser
 from tests.ingest_files import FIXTURES, ingest_folder, write_manual_pdf, write_scanned_pdf
@@ -138,3 +139,16 @@ def test_a_single_jsonl_is_read_as_before(tmp_path: Path) -> None:
     assert source.checksum() == corpus_checksum(corpus)
     assert [d.doc_id for d in source.documents()] == ["a"]
     assert open_source([corpus], IngestOptions("other")).checksum() != source.checksum()
+
+
+def test_a_huge_file_is_skipped_with_its_size(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "small.md").write_text("# Small\n\nA page of a normal size.\n")
+    with (folder / "huge.txt").open("wb") as huge:  # sparse: no disk is spent
+        huge.truncate(MAX_FILE_BYTES + 1)
+    found = scan([folder])
+    assert [file.shown for file in found.files] == ["docs/small.md"]
+    assert [(s.path, s.reason) for s in found.skipped] == [
+        (str(folder / "huge.txt"), "128 MiB, over the 128 MiB a file may be")
+    ]
