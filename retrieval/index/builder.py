@@ -17,9 +17,10 @@ from retrieval.corpus import Document
 from retrieval.embedder import Embedder, passage_embedding_text
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import AnnConfig
-from retrieval.index.documents import DocumentRecord, content_hash, document_ingest, file_hash
+from retrieval.index.documents import DocumentRecord, document_ingest, file_hash
 from retrieval.index.faiss_index import FORMAT_VERSION, IndexManifest, read_manifest
 from retrieval.index.generations import WriterLock
+from retrieval.index.revision import incoming_record
 from retrieval.index.writer import IndexWriter
 from retrieval.ingest.scan import SkippedFile
 from retrieval.ingest.source import DocumentSource, open_source
@@ -95,18 +96,12 @@ def _record(
     paths = dict(corpus.files()) if not hashes and shown else {}
     for name, path in paths.items():
         hashes[name] = file_hash(path)
-    return DocumentRecord(
-        doc_id=document.doc_id,
-        collection=document.collection,
+    return incoming_record(
+        document,
         origin="files",
         source=shown,
         file_hash=hashes.get(shown) if shown else None,
-        content_hash=content_hash(document),
         ingest=ingest,
-        first_row=0,
-        rows=0,
-        title=document.title,
-        path=document.path,
     )
 
 

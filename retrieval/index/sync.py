@@ -19,9 +19,16 @@ from pathlib import Path
 
 from retrieval.embedder import Embedder
 from retrieval.index.ann import AnnConfig
-from retrieval.index.documents import DocumentRecord, content_hash, document_ingest, file_hash
+from retrieval.index.documents import DocumentRecord, document_ingest, file_hash
 from retrieval.index.generations import WriterLock
-from retrieval.index.revision import Base, Incoming, Revision, clear_staging, revise
+from retrieval.index.revision import (
+    Base,
+    Incoming,
+    Revision,
+    clear_staging,
+    incoming_record,
+    revise,
+)
 from retrieval.ingest.scan import SkippedFile
 from retrieval.ingest.source import IngestOptions, open_source
 
@@ -76,18 +83,12 @@ def sync_index(
             only=[shown for shown in hashes if shown not in unchanged_files]
         ):
             shown = source.file_of(document.doc_id)
-            record = DocumentRecord(
-                doc_id=document.doc_id,
-                collection=document.collection,
+            record = incoming_record(
+                document,
                 origin="files",
                 source=shown,
                 file_hash=hashes.get(shown) if shown else None,
-                content_hash=content_hash(document),
                 ingest=ingest,
-                first_row=0,
-                rows=0,
-                title=document.title,
-                path=document.path,
             )
             found[document.doc_id] = Incoming(document, record)
         roots = [_shown_root(path) for path in paths]
