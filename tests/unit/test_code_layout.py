@@ -136,3 +136,10 @@ def test_the_readme_and_each_docs_page_are_at_most_250_lines() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 250
     }
     assert long == {}
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    # tests/unit and tests/integration have no __init__.py, so pytest imports
+    # each test module by its bare name: two of one name stop collection.
+    names = [path.name for path in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
