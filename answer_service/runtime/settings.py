@@ -70,7 +70,7 @@ SENTENCE_READER = "sentence-reader.npz"
 CALIBRATION_FILES = (QUALITY_CURVES, FORM_CURVES, SENTENCE_SCORER, SENTENCE_READER)
 
 
-# Settings that went, each with what took its place (README.md, "Changelog"). Set in the
+# Settings that went, each with what took its place (docs/changelog.md). Set in the
 # environment (where an unknown `ANSWER_` variable is otherwise ignored) or passed in, one is
 # refused with its replacement rather than quietly left without effect.
 REMOVED: dict[str, str] = {
@@ -143,7 +143,7 @@ def refuse_removed(names: Iterable[str]) -> None:
     gone = sorted(set(names) & REMOVED.keys())
     if gone:
         reasons = "; ".join(f"{name} was removed ({REMOVED[name]})" for name in gone)
-        raise ValueError(f"{reasons} (README.md, Changelog)")
+        raise ValueError(f"{reasons} (docs/changelog.md)")
 
 
 def default_cache_dir() -> Path:

@@ -14,7 +14,7 @@ is frozen: freezing again while serving would also freeze the requests under way
 frames and tasks do form cycles; what loads later (a reranker, a swapped-in index) holds tens
 of thousands of objects, not hundreds of thousands.
 
-The service always freezes once warm (`ANSWER_GC_FREEZE` went: README.md, Changelog). The pause
+The service always freezes once warm (`ANSWER_GC_FREEZE` went: docs/changelog.md). The pause
 histogram is measured either way.
 """
 
