@@ -44,8 +44,6 @@ DOCUMENTS_PATH = "/v1/collections/{collection}/documents"
 _ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorResponse} for code in (403, 404, 409, 413, 415, 422, 503)
 }
-# One write at a time in this process (the directory's lock refuses other processes).
-_writing = asyncio.Lock()
 
 
 class WrittenOut(BaseModel):
@@ -124,7 +122,7 @@ async def put_document(
         tags=tuple(t.strip() for t in (tags or "").split(",") if t.strip()),
     )
     content_type = http_request.headers.get("content-type", "")
-    async with _writing:
+    async with writer.turn:
         try:
             written = await asyncio.to_thread(
                 writer.put, collection, doc_id, data, content_type, meta
@@ -141,7 +139,7 @@ async def delete_document(
     """Remove a document from every structure of the index (vectors, BM25, sentences)."""
     _may_write(http_request, collection)
     writer = _writer(components)
-    async with _writing:
+    async with writer.turn:
         try:
             written = await asyncio.to_thread(writer.delete, collection, doc_id)
         except RetrievalError as exc:

@@ -8,6 +8,7 @@ Blocking: the routes run these in a thread, one at a time per process.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import re
@@ -88,9 +89,16 @@ def format_of_type(content_type: str) -> Literal["html", "markdown", "text", "pd
 
 
 class DocumentWriter:
+    """Puts and deletes documents of the served index, each as one new generation.
+
+    `turn` queues this process's writes, so one waits its turn instead of being refused by the
+    directory's lock, which still refuses other processes (a sync, another replica) with 409.
+    """
+
     def __init__(self, index_dir: Path, embedder: Embedder) -> None:
         self.index_dir = index_dir
         self.embedder = embedder
+        self.turn = asyncio.Lock()
 
     def listed(self, collection: str) -> list[DocumentRecord]:
         records = read_documents(served_generation(self.index_dir)) or []
