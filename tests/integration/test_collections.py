@@ -19,11 +19,10 @@ import pytest
 
 from answer_service.runtime.keys.auth import ApiKey, digest, write_api_keys
 from answer_service.runtime.settings import Settings
-from retrieval.corpus import Document
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
-from retrieval.ingest.file_source import FileSource
-from retrieval.ingest.scan import SkippedFile, scan
+from retrieval.index.sync import sync_index
+from retrieval.ingest.source import IngestOptions, open_source
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory
 from tests.support import serve_in_thread
@@ -64,37 +63,19 @@ def _write_collections(root: Path) -> tuple[Path, Path]:
     return alpha, beta
 
 
-class TwoCollections:
-    """Two folders into one index, each its own collection (what two `index build
-    --collection` runs into one index give, once sync can add to an index)."""
-
-    def __init__(self, *sources: FileSource) -> None:
-        self._sources = sources
-        self.name = "two-collections"
-
-    @property
-    def skipped(self) -> tuple[SkippedFile, ...]:
-        return tuple(s for source in self._sources for s in source.skipped)
-
-    def checksum(self) -> str:
-        return "+".join(source.checksum() for source in self._sources)
-
-    def expected_documents(self) -> int:
-        return sum(source.expected_documents() for source in self._sources)
-
-    def documents(self) -> Iterator[Document]:
-        for source in self._sources:
-            yield from source.documents()
-
-
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("collections")
     alpha, beta = _write_collections(tmp / "docs")
-    source = TwoCollections(FileSource(scan([alpha]), "alpha"), FileSource(scan([beta]), "beta"))
     model = Settings.model_fields["embedder_model"].default
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=model, device="cpu"))
-    build_index(source, tmp / "index", embedder, progress=False)
+    # Two collections in one index as a user makes them: a build of one folder, a sync of the
+    # other into its own collection.
+    alpha_source = open_source([alpha], IngestOptions(collection="alpha"))
+    build_index(alpha_source, tmp / "index", embedder, progress=False)
+    sync_index(
+        [beta], tmp / "index", embedder, options=IngestOptions(collection="beta"), progress=False
+    )
     return tmp / "index"
 
 
