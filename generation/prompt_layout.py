@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -242,6 +243,20 @@ def _user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     return f"{_PASSAGES_HEADER}{blocks}\n\nQuestion: {quoted(question)}"
 
 
+# The user turn cut where a byte-level BPE pre-tokenizer always splits (before a blank line that
+# opens a block or the question): its pieces tokenize to the same tokens apart as together.
+_HEADER_PIECE = _PASSAGES_HEADER.rstrip("\n")
+
+
+def _block_piece(passage: ContextPassage) -> str:
+    return f"\n\n{render_passage(passage)}"
+
+
+def _question_piece(question: str, passages: int) -> str:
+    gap = "" if passages else "\n\n"
+    return f"{gap}\n\nQuestion: {quoted(question)}"
+
+
 # One worked exchange between the system prompt and the question, when asked for: a short
 # answer in the passages' own words, cited after its sentence. A small model copies the form it
 # is shown (docs/answers.md measures it); it is the same on every request, so it sits in the
@@ -310,10 +325,134 @@ def _laid_out(
     return _Ordered(numbered, order.continued, order.adopted)
 
 
+@dataclass(frozen=True, slots=True)
+class _Assembled:
+    text: str
+    tokens: int
+    # The tokens up to the end of the n-th passage block (n = 0: up to the first block).
+    prefix_tokens: Callable[[int], int]
+
+
+class PromptAssembler:
+    """Renders and counts prompts from pieces made once: the chat template's frame around the
+    user turn (the system prompt and the worked example inside it) is rendered once per shape,
+    and each passage block is escaped and tokenized once (kept in an LRU), so a prompt costs
+    the tokenization of its question instead of its whole text, twice.
+
+    The sum of the pieces' counts is the count of the whole only when the tokenizer never
+    merges across a cut (byte-level BPE pre-tokenizers split before the blank line that opens
+    each piece), and the frame holds only when the template leaves the user turn's content as
+    it is. The first use checks both on a probe prompt; a template that fails either is
+    rendered and counted whole, as before.
+    """
+
+    _SENTINEL = "\x00user-turn\x00"
+
+    def __init__(self, template: ChatTemplate, *, blocks: int = 4096) -> None:
+        self.template = template
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._most_blocks = blocks
+        # Per `example`: the text before the user turn's content (with the header piece), its
+        # tokens, and the text after it.
+        self._frames: dict[bool, tuple[str, int, str]] = {}
+        self._pieced: bool | None = None
+        self._checking = threading.Lock()
+
+    @property
+    def pieced(self) -> bool:
+        """Whether prompts are made of cached pieces (known after the first one)."""
+        return bool(self._pieced)
+
+    def warm_up(self) -> None:
+        """Check, once, whether prompts can be made of pieces for this template."""
+        if self._pieced is None:
+            with self._checking:
+                if self._pieced is None:
+                    self._pieced = self._pieces_hold()
+
+    def assemble(
+        self, question: str, passages: Sequence[ContextPassage], *, example: bool
+    ) -> _Assembled:
+        self.warm_up()
+        if not self._pieced:
+            return self._whole(question, passages, example)
+        return self._from_pieces(question, passages, example)
+
+    def _from_pieces(
+        self, question: str, passages: Sequence[ContextPassage], example: bool
+    ) -> _Assembled:
+        head, head_tokens, tail = self._frame(example)
+        blocks = [self._block(_block_piece(passage)) for passage in passages]
+        last = self.template.escape(_question_piece(question, len(blocks))) + tail
+        running = [head_tokens]
+        for _, tokens in blocks:
+            running.append(running[-1] + tokens)
+        text = "".join([head, *(block for block, _ in blocks), last])
+        total = running[-1] + self.template.count_tokens(last)
+        return _Assembled(text, total, running.__getitem__)
+
+    def _pieces_hold(self) -> bool:
+        for example in (False, True):
+            whole = self._whole(EXAMPLE_QUESTION, EXAMPLE_PASSAGES, example)
+            try:
+                pieced = self._from_pieces(EXAMPLE_QUESTION, EXAMPLE_PASSAGES, example)
+            except ValueError:  # the frame's sentinel was not rendered exactly once
+                return False
+            if (pieced.text, pieced.tokens) != (whole.text, whole.tokens):
+                logger.info("prompt pieces do not hold for this chat template: rendering whole")
+                return False
+        return True
+
+    def _frame(self, example: bool) -> tuple[str, int, str]:
+        frame = self._frames.get(example)
+        if frame is None:
+            rendered = self.template.render(_messages(self._SENTINEL, example))
+            head, tail = rendered.split(self._SENTINEL)  # ValueError: not exactly once
+            head += self.template.escape(_HEADER_PIECE)
+            frame = (head, self.template.count_tokens(head), tail)
+            self._frames[example] = frame
+        return frame
+
+    def _block(self, piece: str) -> tuple[str, int]:
+        with self._lock:
+            found = self._blocks.get(piece)
+            if found is not None:
+                self._blocks.move_to_end(piece)
+                return found
+        escaped = self.template.escape(piece)
+        found = (escaped, self.template.count_tokens(escaped))
+        with self._lock:
+            self._blocks[piece] = found
+            if len(self._blocks) > self._most_blocks:
+                self._blocks.popitem(last=False)
+        return found
+
+    def _whole(
+        self, question: str, passages: Sequence[ContextPassage], example: bool
+    ) -> _Assembled:
+        template = self.template
+        text = template.render(_messages(_user_message(question, passages), example))
+
+        def prefix_tokens(n: int) -> int:
+            shared = _shared_prefix(text, passages[:n], template.escape, example)
+            return template.count_tokens(shared)
+
+        return _Assembled(text, template.count_tokens(text), prefix_tokens)
+
+
+def _messages(user: str, example: bool) -> list[ChatMessage]:
+    return [
+        ChatMessage("system", SYSTEM_PROMPT),
+        *(example_turns() if example else ()),
+        ChatMessage("user", user),
+    ]
+
+
 def build_prompt(
     question: str,
     passages: Sequence[ContextPassage],
-    template: ChatTemplate,
+    template: ChatTemplate | PromptAssembler,
     *,
     max_prompt_tokens: int,
     layout: PromptLayout = "relevance",
@@ -338,18 +477,14 @@ def build_prompt(
     system prompt (and the worked `example`, when asked for) and the passages continuing a
     remembered sequence.
     """
+    assembler = template if isinstance(template, PromptAssembler) else PromptAssembler(template)
     wanted = len(passages) if limit is None else min(limit, len(passages))
     kept = wanted
     while True:
         laid_out = _laid_out(passages, layout, tree, kept, slack, adopt, lookup)
         ordered, matched = laid_out.passages, laid_out.continued
-        messages = [
-            ChatMessage("system", SYSTEM_PROMPT),
-            *(example_turns() if example else ()),
-            ChatMessage("user", _user_message(question, ordered)),
-        ]
-        text = template.render(messages)
-        prompt_tokens = template.count_tokens(text)
+        assembled = assembler.assemble(question, ordered, example=example)
+        text, prompt_tokens = assembled.text, assembled.tokens
         if prompt_tokens <= max_prompt_tokens or not kept:
             break
         kept -= 1
@@ -361,8 +496,7 @@ def build_prompt(
     expected_cached = 0
     if tree is not None:
         if len(tree):
-            shared = _shared_prefix(text, ordered[:matched], template.escape, example)
-            expected_cached = template.count_tokens(shared)
+            expected_cached = assembled.prefix_tokens(matched)
         if remember:
             tree.insert([p.source_id for p in ordered])
     return Prompt(

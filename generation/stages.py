@@ -18,6 +18,7 @@ from generation.prompt_layout import (
     ContextPassage,
     PassageLookup,
     Prompt,
+    PromptAssembler,
     build_prompt,
 )
 
@@ -59,7 +60,12 @@ class PromptStage:
 
     def __init__(self, template: ChatTemplate, config: PromptConfig) -> None:
         self._template = template
+        # The frame and passage blocks, rendered and tokenized once for every request.
+        self._assembler = PromptAssembler(template)
         self._config = config
+
+    def warm_up(self) -> None:
+        self._assembler.warm_up()
 
     async def run(self, request: PromptRequest, deadline: Deadline) -> StageResult[Prompt]:
         loop = asyncio.get_running_loop()
@@ -94,7 +100,7 @@ class PromptStage:
             prompt = build_prompt(
                 request.question,
                 request.passages,
-                self._template,
+                self._assembler,
                 max_prompt_tokens=config.max_prompt_tokens,
                 layout=config.layout,
                 tree=request.tree,

@@ -229,6 +229,7 @@ class Components:
             embeddings=self._embedding_cache(self.retriever),
             fleet=self.fleet,
         )
+        await asyncio.to_thread(pipeline.prompts.warm_up)
         calibration = calibration_config(settings)
         if calibration.enabled:  # before any request is let in
             calibrated = await calibrate(

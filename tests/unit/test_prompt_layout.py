@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,13 @@ from generation.prompt_layout import (
     EXAMPLE_ANSWER,
     EXAMPLE_QUESTION,
     SYSTEM_PROMPT,
+    ChatMessage,
     ContextPassage,
     HFChatTemplate,
     Prompt,
+    PromptAssembler,
     build_prompt,
+    example_turns,
     render_passage,
 )
 from tests.conftest import tokenizer_with_template
@@ -161,3 +165,54 @@ def test_special_tokens_without_a_bracket_are_broken_up_too(chatml_tokenizer_dir
     assert "[SEP]" not in escaped
     assert escaped.replace("\u2060", "") == "what [SEP] is [CLS] three? [MASK]"
     assert template.escape("plain text, <b>tags</b> & all") == "plain text, <b>tags</b> & all"
+
+
+def _rendered_whole(template: HFChatTemplate | WordTemplate, prompt: Prompt, example: bool) -> str:
+    """The prompt as the chat template renders it in one piece."""
+    blocks = "\n\n".join(render_passage(p) for p in prompt.passages)
+    user = f"Passages:\n\n{blocks}\n\nQuestion: what is <|im_end|> three?"
+    messages = [
+        ChatMessage("system", SYSTEM_PROMPT),
+        *(example_turns() if example else ()),
+        ChatMessage("user", user),
+    ]
+    return template.render(messages)
+
+
+@pytest.mark.parametrize("example", [False, True])
+@pytest.mark.parametrize("tokenizer", ["chatml_tokenizer_dir", "no_system_tokenizer_dir"])
+def test_a_prompt_from_cached_pieces_is_the_whole_rendering_token_for_token(
+    request: pytest.FixtureRequest, tokenizer: str, example: bool
+) -> None:
+    """The frame and the passage blocks are rendered and tokenized once; the prompt made of
+    them is the template's own rendering, with the same token count (a system role folded into
+    the user turn included)."""
+    template = HFChatTemplate(str(request.getfixturevalue(tokenizer)))
+    assembler = PromptAssembler(template)
+    for passages in (PASSAGES, PASSAGES[::-1], PASSAGES[:1], []):
+        prompt = build_prompt(
+            "what is <|im_end|> three?",
+            passages,
+            assembler,
+            max_prompt_tokens=10_000,
+            example=example,
+        )
+        assert prompt.text == _rendered_whole(template, prompt, example)
+        assert prompt.prompt_tokens == template.count_tokens(prompt.text)
+    assert assembler.pieced
+
+
+class _ShoutingTemplate(WordTemplate):
+    """A template that changes the user turn's text: cached pieces cannot make it."""
+
+    def render(self, messages: Sequence[ChatMessage]) -> str:
+        return "\n".join(f"{m.role}: {m.content.upper()}" for m in messages)
+
+
+def test_a_template_that_rewrites_the_user_turn_is_rendered_whole() -> None:
+    template = _ShoutingTemplate()
+    assembler = PromptAssembler(template)
+    prompt = build_prompt("what is three?", PASSAGES, assembler, max_prompt_tokens=10_000)
+    assert not assembler.pieced
+    assert "QUESTION: WHAT IS THREE?" in prompt.text
+    assert prompt.prompt_tokens == template.count_tokens(prompt.text)
