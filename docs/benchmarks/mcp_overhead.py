@@ -136,7 +136,7 @@ async def _pairs(url: str, pairs: int, warm_up: int) -> dict[str, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--pairs", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--warm-up", type=int, default=10)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO_ROOT))
@@ -150,7 +150,9 @@ def main() -> None:
         tokenizer = tokenizer_with_template(root / "tokenizer", CHATML)
         fake = create_fake_sglang(FakeSGLangState(model_path=str(tokenizer)))
         with serve_in_thread(fake) as sglang, _service(index, sglang) as url:
+            load_before = os.getloadavg()[0]
             times = asyncio.run(_pairs(url, args.pairs, args.warm_up))
+            load_after = os.getloadavg()[0]
     added = [m - d for m, d in zip(times["mcp"], times["direct"], strict=True)]
     git = {"capture_output": True, "text": True, "cwd": REPO_ROOT}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], **git).stdout  # type: ignore[call-overload]
@@ -163,6 +165,8 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "processor": platform.processor() or platform.machine(),
         },
+        # Other work on the machine: the 1-minute load average as the pairs began and ended.
+        "load_average": [round(load_before, 2), round(load_after, 2)],
         "question": QUESTION,
         "budget_ms": BUDGET_MS,
         "answer_form": "quote",
