@@ -93,11 +93,11 @@ def url(
 
 
 @asynccontextmanager
-async def _mcp(url: str, key: str | None) -> AsyncIterator[Client]:
+async def _mcp(url: str, key: str | None, mode: str = "auto") -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=60) as http,
-        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
     ):
         yield client
 
@@ -127,6 +127,11 @@ async def test_lists_the_three_tools_with_their_arguments(url: str) -> None:
     assert set(tools["answer"].input_schema["properties"]) == {"query", "budget_ms", "filters"}
     assert tools["get_passage"].input_schema["required"] == ["id"]
     assert all(tool.output_schema for tool in tools.values())
+    # A client of the protocol's handshake era (initialize first) gets the same tools.
+    async with _mcp(url, ALPHA_KEY, mode="legacy") as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} == set(tools)
+        found = _data(await client.call_tool("search", {"query": QUESTION, "top_k": 1}))
+        assert len(found["passages"]) == 1
 
 
 async def test_search_gives_passages_with_ids_titles_and_urls_that_resolve(url: str) -> None:
