@@ -9,6 +9,7 @@ result with `isError` and the service's message; arguments that fail the models 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -49,7 +50,12 @@ async def _tool_call(call: Awaitable[T]) -> T:
 
 
 def build_server(service: Service, caller_of: CallerOf) -> MCPServer[Any]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    # The SDK's constructor configures the root logger (`logging.basicConfig` with its own
+    # handler) where nothing has yet; logging is the application's to configure.
+    root.handlers[:], root.level = handlers, level
 
     @server.tool(annotations=_READ_ONLY)
     async def search(

@@ -3,6 +3,7 @@ fake service that records what reaches it, and `ServiceClient` over httpx's mock
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -172,3 +173,14 @@ async def test_the_client_sends_the_service_s_bodies_and_links_each_passage() ->
     assert '"filters":{"collection":"a"}' in body.replace(" ", "")
     # No section URL in the index: the service's own passage URL, at the caller's base URL.
     assert found.passages[0].url == "http://answers.example/v1/passages/a%2Fx.md%230"
+
+
+def test_building_the_server_leaves_an_unconfigured_root_logger_alone() -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    root.handlers.clear()  # as in a process that has not configured logging
+    try:
+        build_server(FakeService(), lambda _ctx: CALLER)
+        assert (root.handlers, root.level) == ([], level)
+    finally:
+        root.handlers[:] = handlers
