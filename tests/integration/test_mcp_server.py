@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 ALPHA_KEY = "ask_mcp-alpha-key"
 BETA_KEY = "ask_mcp-beta-key"
+SLOW_KEY = "ask_mcp-slow-key"  # one request, then one every 10 s
 QUESTION = "How many autovacuum workers should a busy server run?"
 
 
@@ -73,6 +74,8 @@ def keys_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    collections=frozenset({"alpha"})),
             ApiKey("beta", digest(BETA_KEY), "standard", **limits,
                    collections=frozenset({"beta"})),
+            ApiKey("slow", digest(SLOW_KEY), "standard", rate_per_s=0.1, burst=1,
+                   collections=frozenset({"alpha"})),
         ],
     )  # fmt: skip
     return path
@@ -93,8 +96,12 @@ def url(
 
 
 @asynccontextmanager
-async def _mcp(url: str, key: str | None, mode: str = "auto") -> AsyncIterator[Client]:
+async def _mcp(
+    url: str, key: str | None, mode: str = "auto", tier: str | None = None
+) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if tier is not None:
+        headers["X-Tenant-Tier"] = tier
     async with (
         httpx2.AsyncClient(headers=headers, timeout=60) as http,
         Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode) as client,
@@ -216,6 +223,18 @@ async def test_a_refused_call_is_a_tool_error_and_the_session_goes_on(url: str) 
         assert "colour" in _error(await client.call_tool("answer", unknown))
         # The same session still answers.
         assert _data(await client.call_tool("search", {"query": QUESTION, "top_k": 1}))
+
+
+async def test_the_key_s_rate_and_tier_apply_to_each_tool_call(url: str) -> None:
+    async with _mcp(url, SLOW_KEY) as client:
+        # `/mcp` itself counts nothing: the first tool call is the key's one request.
+        assert _data(await client.call_tool("search", {"query": QUESTION, "top_k": 1}))
+        limited = _error(await client.call_tool("answer", {"query": QUESTION}))
+        assert "429 rate_limited: key 'slow' is over its rate" in limited
+        assert "(retry after" in limited
+    async with _mcp(url, ALPHA_KEY, tier="premium") as client:
+        refused = _error(await client.call_tool("answer", {"query": QUESTION}))
+    assert "403 forbidden: key 'alpha' is for tier 'standard', not 'premium'" in refused
 
 
 async def test_each_key_sees_only_its_own_collection(url: str) -> None:
