@@ -1,4 +1,6 @@
-"""`/mcp` on the service's own app: Streamable HTTP, stateless, one JSON response per call.
+"""`/mcp` on the service's own app: Streamable HTTP, stateless. A call that finishes within the
+SDK's 15 s window is answered with one JSON response; a longer one as an event stream with
+pings, so that proxies do not close it as idle.
 
 The tools call the app's routes in-process, through an `httpx.ASGITransport` over the whole
 app (access middleware included), with the MCP request's key headers: the key is checked, rate
@@ -50,7 +52,11 @@ class McpMount:
         routes = self._server.streamable_http_app(
             streamable_http_path=MCP_PATH,
             stateless_http=True,
-            json_response=True,
+            # Not the SDK's JSON-only mode: that one runs the tool without watching the
+            # connection, so an answer whose client went away ran on to its deadline; this mode
+            # cancels the tool (and so the in-process /v1/answer, which aborts SGLang) and still
+            # answers a call that finishes in time with plain JSON.
+            json_response=False,
             # The SDK would allow only localhost Host headers (DNS-rebinding protection for
             # local servers); the service is deployed under its own names, and /mcp reaches
             # nothing the /v1/ routes beside it do not already serve under the same keys.
