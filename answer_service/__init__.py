@@ -7,6 +7,8 @@ Rooms, with dependencies pointing one way (http -> runtime -> pipeline; cli over
 - `runtime/`: settings, the components built and warmed in the lifespan, telemetry, metrics,
   Redis, caches, keys, the dashboard's request log;
 - `http/`: the FastAPI app, its routes and schemas, the access middleware, the dashboard;
+- `mcp/`: the MCP server (tools over the service's own routes), mounted by `http/` at `/mcp`
+  and run over stdio by `answer-service mcp`;
 - `cli/`: `answer-service` and the demo;
 - `errors.py`: the errors the service maps to HTTP answers and SSE `error` events.
 

@@ -1,4 +1,5 @@
-"""`answer-service`: build an index, run SGLang and the service, ask questions, run the demo."""
+"""`answer-service`: build an index, run SGLang and the service, ask questions, serve MCP over
+stdio, run the demo."""
 
 from __future__ import annotations
 
@@ -152,6 +153,13 @@ def _ask(args: argparse.Namespace) -> int:
     )
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from answer_service.mcp.stdio_proxy import serve_stdio
+
+    asyncio.run(serve_stdio(args.url, args.api_key))
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from answer_service.cli.demo import run_demo, stop_demo
 
@@ -271,6 +279,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-key", default=os.environ.get("ANSWER_API_KEY"), help="default: $ANSWER_API_KEY"
     )
     ask.set_defaults(run=_ask)
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="an MCP server over stdio for desktop clients, proxying a running service",
+        description="Serves the tools search, answer and get_passage over stdio (docs/mcp.md), "
+        "each a call to the service at --url with the key given.",
+    )
+    mcp.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_SERVICE_PORT}")
+    mcp.add_argument(
+        "--api-key", default=os.environ.get("ANSWER_API_KEY"), help="default: $ANSWER_API_KEY"
+    )
+    mcp.set_defaults(run=_mcp)
 
     add_sglang_commands(commands)
     add_gpu_check_command(commands)

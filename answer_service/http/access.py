@@ -6,8 +6,9 @@
   unknown one gets 401; over the key's rate, or with `max_streams` answers already open on
   this replica, 429 with `Retry-After`. The key's tenant tier is the request's tier
   (`answering.answer_request` refuses another one asked for in X-Tenant-Tier with 403).
-  Health, readiness, metrics, the dashboard and the search page stay open: put them behind the
-  network's own controls.
+  `/mcp` needs a valid key too (401), but its rate and open answers are counted on the `/v1/`
+  routes its tools call, once. Health, readiness, metrics, the dashboard and the search page
+  stay open: put them behind the network's own controls.
 
 It wraps the whole response, streams included, so an open answer counts until its last byte.
 It also times every refusal with Retry-After (429, 503; its own and the routes') from the
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 PROTECTED_PREFIX = "/v1/"
 COLLECTIONS_PREFIX = "/v1/collections/"
+# The MCP endpoint (answer_service/mcp/http_mount.py): its tools call /v1/ routes with the key.
+MCP_PATH = "/mcp"
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -63,6 +66,15 @@ async def _refuse(send: Send, error: ServiceError, headers: dict[str, str] | Non
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": error.status_code, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse_key(send: Send, presented: str | None) -> None:
+    message = (
+        "an API key is required: send `Authorization: Bearer <key>` or `X-API-Key`"
+        if presented is None
+        else "the API key is not valid"
+    )
+    await _refuse(send, UnauthorizedError(message), {"www-authenticate": "Bearer"})
 
 
 async def _read_at_most(receive: Receive, limit: int) -> bytes | None:
@@ -128,16 +140,17 @@ class AccessMiddleware:
             await _refuse(send, PayloadTooLargeError(f"the body is over {limit} bytes"))
             return
         key: ApiKey | None = None
+        if components.keys is not None and scope["path"] == MCP_PATH:
+            # Authenticated only: the tools' calls to /v1/ routes are rate limited and counted.
+            presented = _presented_key(scope)
+            if not presented or components.keys.find(presented) is None:
+                await _refuse_key(send, presented)
+                return
         if components.keys is not None and scope["path"].startswith(PROTECTED_PREFIX):
             presented = _presented_key(scope)
             key = components.keys.find(presented) if presented else None
             if key is None:
-                message = (
-                    "an API key is required: send `Authorization: Bearer <key>` or `X-API-Key`"
-                    if presented is None
-                    else "the API key is not valid"
-                )
-                await _refuse(send, UnauthorizedError(message), {"www-authenticate": "Bearer"})
+                await _refuse_key(send, presented)
                 return
             decision = await components.rate_limiter.check(key)
             if not decision.allowed:

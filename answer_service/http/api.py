@@ -63,6 +63,7 @@ from answer_service.http.schemas import (
     SourcesPayload,
     TokenPayload,
 )
+from answer_service.mcp.http_mount import McpMount
 from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.events import (
     CitationEvent,
@@ -288,7 +289,8 @@ def create_app(settings: Settings | None = None, experiment: Experiment = SHIPPE
         app.state.components = components
         components.start_warm_up()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await components.aclose()
 
@@ -307,6 +309,7 @@ def create_app(settings: Settings | None = None, experiment: Experiment = SHIPPE
     app.include_router(dashboard_router)
     app.include_router(page_router)
     mount_static(app)
+    mcp = McpMount(app)
     app.add_middleware(AccessMiddleware)
     if cors := settings.cors_origins:
         app.add_middleware(
