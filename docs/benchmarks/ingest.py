@@ -42,13 +42,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 from unittest import mock
 from urllib.parse import quote
 
 import httpx
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 import retrieval.index.builder as builder_module
 import retrieval.index.revision as revision_module
@@ -133,7 +134,7 @@ def render_pages(folder: Path, spare: Path, pages: int) -> list[str]:
     stride = max(2, len(rows) // pages)
     folder.mkdir(parents=True)
     spare.mkdir(parents=True)
-    chosen = []
+    chosen: list[str] = []
     for at in range(0, len(rows) - 1, stride):
         if len(chosen) == pages:
             break
@@ -274,7 +275,7 @@ def instrumented(embedder: SentenceTransformerEmbedder) -> Iterator[tuple[Any, P
             clock.encoding = "embed_passages"
 
     bm25_build = BM25Index.build
-    opened = sync_module.open_source
+    opened = open_source  # what sync_index calls, wrapped below
     with ExitStack() as patches:
         for module in (builder_module, revision_module):
             split = _timed(clock, "split", module.split_document)
@@ -364,7 +365,7 @@ class HaystackPeer:
         self.writer = DocumentWriter(document_store=InMemoryDocumentStore())
         self.clock = PhaseClock()
         self.pipeline = Pipeline()
-        components = {
+        components: dict[str, Any] = {
             "converter": HTMLToDocument(),
             "splitter": DocumentSplitter(**PEER_SPLIT),  # type: ignore[arg-type]
             "embedder": self.embedder,
@@ -389,13 +390,15 @@ class HaystackPeer:
     def warm_up(self) -> None:
         self.pipeline.warm_up()
 
-    def config(self) -> dict[str, Any]:
-        import haystack
-        import trafilatura
+    def _tokenizer(self) -> Any:
+        backend = self.embedder.embedding_backend
+        assert backend is not None, "warm_up() loads it"
+        return backend.model.tokenizer
 
+    def config(self) -> dict[str, Any]:
         return {
-            "haystack": haystack.__version__,
-            "trafilatura": trafilatura.__version__,
+            "haystack": version("haystack-ai"),
+            "trafilatura": version("trafilatura"),
             "pipeline": "HTMLToDocument -> DocumentSplitter -> "
             "SentenceTransformersDocumentEmbedder -> DocumentWriter(InMemoryDocumentStore)",
             "splitter": PEER_SPLIT,
@@ -421,7 +424,7 @@ class HaystackPeer:
             "documents_converted": len({d.meta.get("source_id") for d in written}),
             "passages": len(written),
             "embedded_passages": len(written),
-            "embedded_tokens": _tokens(self.embedder.embedding_backend.model.tokenizer, texts),
+            "embedded_tokens": _tokens(self._tokenizer(), texts),
             "phases_s": self.clock.report(seconds),
         }
 
@@ -658,7 +661,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "passages_per_s": round(median(lambda r: r["embedded_passages"] / r["seconds"]), 1),
             "tokens_per_s": round(median(lambda r: r["embedded_tokens"] / r["seconds"])),
             "phases_s": {
-                k: round(median(lambda r, k=k: r["phases_s"].get(k, 0.0)), 2)
+                k: round(statistics.median(r["phases_s"].get(k, 0.0) for r in mine), 2)
                 for k in mine[0]["phases_s"]
             },
         }
@@ -712,7 +715,7 @@ def main() -> None:
         chosen = render_pages(base, spare, args.pages)
         # Untimed: each arm's first run pays one-time costs (torch's first input shapes).
         small = work / "small" / FOLDER
-        shutil.copytree(base, small, ignore=lambda _, names: sorted(names)[8:])
+        shutil.copytree(base, small, ignore=_all_but_eight)
         run_build(small, work / "small" / "idx", embedder)
         peer.run(small)
         runs = [
@@ -730,6 +733,10 @@ def main() -> None:
             out = {**out, "serving_memory": memory}
             args.out.write_text(json.dumps(out, indent=2) + "\n")
             print(json.dumps({k: v for k, v in memory.items() if k != "how"}, indent=2))
+
+
+def _all_but_eight(_: str, names: list[str]) -> list[str]:
+    return sorted(names)[8:]
 
 
 def _result(
