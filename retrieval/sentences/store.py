@@ -25,6 +25,7 @@ import numpy.typing as npt
 from retrieval.embedder import Embedder
 from retrieval.errors import IndexMismatchError
 from retrieval.passage import Passage
+from retrieval.progress import Progress
 from retrieval.sentences.splitter import SpanKind, split_sentences
 from retrieval.sentences.terms import Idf
 
@@ -80,7 +81,12 @@ class SentenceStore:
 
     @classmethod
     def build(
-        cls, passages: Sequence[Passage], embedder: Embedder, *, batch_size: int = 128
+        cls,
+        passages: Sequence[Passage],
+        embedder: Embedder,
+        *,
+        batch_size: int = 128,
+        progress: bool = False,
     ) -> SentenceStore:
         """Split every passage, embed each distinct sentence text once. Blocking."""
         spans: list[tuple[int, int, int, int, int]] = []
@@ -102,10 +108,13 @@ class SentenceStore:
         order = sorted(range(len(distinct)), key=lambda i: len(distinct[i]))
         dimension = embedder.dimension
         encoded = np.zeros((len(distinct), dimension), dtype=np.float16)
-        for at in range(0, len(order), batch_size):
-            chunk = order[at : at + batch_size]
-            batch = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
-            encoded[chunk] = batch.astype(np.float16)
+        shown = Progress("sentence vectors", len(order), "sentences", enabled=progress)
+        with shown:
+            for at in range(0, len(order), batch_size):
+                chunk = order[at : at + batch_size]
+                batch = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
+                encoded[chunk] = batch.astype(np.float16)
+                shown.advance(len(chunk))
         rows_of = np.asarray(text_of, dtype=np.int64)
         vectors = np.zeros((len(text_of), dimension), dtype=np.float16)
         vectors[rows_of >= 0] = encoded[rows_of[rows_of >= 0]]
