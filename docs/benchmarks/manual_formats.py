@@ -12,7 +12,10 @@ Each index's build phases are timed (retrieval/progress.py's `phase done` lines)
 index answers every development question in-process with `answer_mode quote` (`answer-eval
 answers`): `answer_recall` (a gold string in the quote) and `gold_in_sources` (the gold page
 among the sources). The JSONL run reads the questions with their gold ids mapped back to the
-JSONL's page names. Lives here, not in eval/bench/, because eval/ is at its line limit.
+JSONL's page names. A quote needs no model, so SGLang is the repository's fake (tests/fakes)
+with SmolLM2's tokenizer (`--tokenizer`): the pipeline warms up without a server's minutes.
+`--reuse`: an index built before in `--work` (its `build-NAME.json` beside it) is kept.
+Lives here, not in eval/bench/, because eval/ is at its line limit.
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ from answer_service.cli.manual import PAGES_FOLDER, SOURCE_URL, manual_pages
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
 from retrieval.ingest.source import IngestOptions, open_source
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.support import serve_in_thread
 
 JSONL = Path("answer_service/demo_corpus/postgresql-15-docs.jsonl.gz")
 QUESTIONS = Path("eval/questions/postgresql-15.jsonl")
+_SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
 _PHASE = re.compile(r"phase done phase=(.+) count=(\d+) seconds=([\d.]+)")
 
 
@@ -78,7 +84,7 @@ def _build(name: str, source: Any, out: Path) -> dict[str, Any]:
     }
 
 
-def _answer(index: Path, questions: Path, out: Path) -> dict[str, Any]:
+def _answer(index: Path, questions: Path, out: Path, sglang_url: str) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
@@ -90,6 +96,8 @@ def _answer(index: Path, questions: Path, out: Path) -> dict[str, Any]:
         str(index),
         "--answer-mode",
         "quote",
+        "--sglang-url",
+        sglang_url,
         "--out",
         str(out),
     ]
@@ -99,18 +107,28 @@ def _answer(index: Path, questions: Path, out: Path) -> dict[str, Any]:
 
 
 def _summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The run's headline numbers, wherever `answer-eval answers` nests them."""
-    found: dict[str, Any] = {}
+    """The run's headline numbers from `answer-eval answers`' metrics."""
+    metrics = result["metrics"]
+    keys = ("answer_recall", "gold_in_sources", "citation_precision", "false_abstention_rate")
+    return {**{key: metrics[key] for key in keys}, "by_form": metrics["by_form"]}
 
-    def visit(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ("answer_recall", "gold_in_sources", "abstained") and key not in found:
-                    found[key] = value
-                visit(value)
 
-    visit(result)
-    return found
+def _per_question(questions: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each question's quote, both ways: whether it holds an answer, and the gold page found."""
+    rows = []
+    for question in questions:
+        row: dict[str, Any] = {"id": question["_id"]}
+        gold = question["gold_passage_id"] and _page(question["gold_passage_id"])
+        for name, result in runs.items():
+            asked = next(r for r in result["requests"] if r["question_id"] == question["_id"])
+            answer = (asked["answer"] or "").lower()
+            row[name] = {
+                "holds_answer": any(a.lower() in answer for a in question["answers"]),
+                "gold_in_sources": gold in {_page(d) for d in asked["source_doc_ids"]},
+                "form": asked["form"],
+            }
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -118,6 +136,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=20, help="every Nth page as a distractor")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tokenizer", default=str(_SMOLLM2))
+    parser.add_argument("--reuse", action="store_true", help="keep indexes built in --work")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("retrieval.progress").setLevel(logging.INFO)
@@ -144,14 +164,22 @@ def main() -> None:
             for q in questions
         )
     )
-    runs = []
-    for name, source, asked in (
-        ("jsonl", open_source([corpus]), flat_questions),
-        ("html", open_source([folder], IngestOptions(source_url=SOURCE_URL)), QUESTIONS),
-    ):
-        built = _build(name, source, args.work / f"index-{name}")
-        answered = _answer(args.work / f"index-{name}", asked, args.work / f"answers-{name}.json")
-        runs.append({**built, **_summary(answered)})
+    runs: list[dict[str, Any]] = []
+    answered: dict[str, dict[str, Any]] = {}
+    fake = create_fake_sglang(FakeSGLangState(model_path=args.tokenizer))
+    with serve_in_thread(fake) as sglang_url:
+        for name, source, asked in (
+            ("jsonl", open_source([corpus]), flat_questions),
+            ("html", open_source([folder], IngestOptions(source_url=SOURCE_URL)), QUESTIONS),
+        ):
+            index, record = args.work / f"index-{name}", args.work / f"build-{name}.json"
+            if args.reuse and record.is_file() and (index / "manifest.json").is_file():
+                built = json.loads(record.read_text())
+            else:
+                built = _build(name, source, index)
+                record.write_text(json.dumps(built))
+            answered[name] = _answer(index, asked, args.work / f"answers-{name}.json", sglang_url)
+            runs.append({**built, **_summary(answered[name])})
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -159,9 +187,11 @@ def main() -> None:
         "command": f"python docs/benchmarks/manual_formats.py --every {args.every}",
         "commit": commit,
         "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
+        "reranker": os.environ.get("ANSWER_RERANKER_MODEL", "(the default)") or "off",
         "questions": str(QUESTIONS),
         "pages": len(chosen),
         "runs": runs,
+        "questions_both_ways": _per_question(questions, answered),
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

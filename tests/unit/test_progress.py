@@ -71,9 +71,11 @@ def test_a_phase_without_a_count_shows_its_start_and_end_and_logs_its_time(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock, out = FakeClock(), io.StringIO()
-    with caplog.at_level(logging.INFO, logger="retrieval.progress"):
-        with Progress("faiss index (hnsw)", stream=out, clock=clock):
-            clock.now_s += 75.0
+    with (
+        caplog.at_level(logging.INFO, logger="retrieval.progress"),
+        Progress("faiss index (hnsw)", stream=out, clock=clock),
+    ):
+        clock.now_s += 75.0
     assert out.getvalue().splitlines() == [
         "faiss index (hnsw): ... 0 s",
         "faiss index (hnsw): in 1 min 15 s",
