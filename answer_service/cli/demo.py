@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from answer_service.cli.ask import ask
+from answer_service.cli.manual import SOURCE_URL, manual_pages
 from answer_service.cli.sglang import launcher
 from answer_service.runtime.placement import PlacementError
 from answer_service.runtime.settings import Settings
@@ -25,8 +26,8 @@ from generation.server.host import detect_host
 from generation.server.launch import SGLangServer, SGLangServerConfig, SGLangServerError
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
+from retrieval.ingest.source import IngestOptions, open_source
 
-DEMO_CORPUS = Path(__file__).resolve().parents[1] / "demo_corpus" / "postgresql-15-docs.jsonl.gz"
 _READY_TIMEOUT_S = 300.0
 
 
@@ -117,9 +118,11 @@ def run_demo(port: int, sglang_port: int, question: str) -> int:
     settings = Settings()
     started_s = time.monotonic()
     index_dir = settings.cache_dir / "indexes" / "postgresql-15"
-    print(f"1/4 indexing the PostgreSQL 15 manual into {index_dir}")
+    print(f"1/4 indexing the PostgreSQL 15 manual's HTML pages into {index_dir}")
+    pages = manual_pages(settings.cache_dir)
+    source = open_source([pages], IngestOptions(source_url=SOURCE_URL))
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=settings.embedder_model))
-    report = build_index(DEMO_CORPUS, index_dir, embedder)
+    report = build_index(source, index_dir, embedder)
     state = "current, kept" if report.reused else f"built in {report.seconds:.0f} s"
     print(f"    {report.manifest.passage_count} passages ({state})")
     print(f"2/4 starting SGLang on port {sglang_port} (first run builds its environment)")

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from retrieval.corpus import Document
 from retrieval.embedder import Embedder, passage_embedding_text
 from retrieval.errors import RetrievalError
@@ -25,6 +23,7 @@ from retrieval.index.writer import IndexWriter
 from retrieval.ingest.scan import SkippedFile
 from retrieval.ingest.source import DocumentSource, open_source
 from retrieval.passage import ChunkingConfig, Passage, split_document
+from retrieval.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -125,8 +124,12 @@ def _embed_corpus(
     hashes: dict[str, str] = {}
     # (documents split so far, passages they made), in order; consumed by checkpoints.
     split: deque[tuple[int, int]] = deque()
-    bar = tqdm(
-        total=total_documents, initial=skip, unit="doc", desc="indexing", disable=not progress
+    shown = Progress(
+        "documents parsed, passages embedded",
+        total_documents,
+        "documents",
+        initial=skip,
+        enabled=progress,
     )
 
     def passages() -> Iterator[Passage]:
@@ -141,14 +144,14 @@ def _embed_corpus(
                 yield passage
             split.append((number, produced))
             embedded += 1
-            bar.update(1)
+            shown.advance(1)
 
     checkpointed = writer.count
-    with bar:
+    with shown:
         for batch in _batches(passages(), batch_size):
             texts = [passage_embedding_text(passage) for passage in batch]
             writer.add(batch, embedder.encode(texts, batch_size=batch_size))
-            bar.set_postfix(passages=writer.count, refresh=False)
+            shown.advance(0, passages=writer.count)
             if writer.count - checkpointed >= CHECKPOINT_PASSAGES:
                 checkpointed = _checkpoint(writer, split, checkpointed)
     return embedded
@@ -237,7 +240,7 @@ def _build(
             hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
             lexical_index="bm25" if lexical else None,
         )
-        writer.commit(manifest, ann, embedder, records)
+        writer.commit(manifest, ann, embedder, records, progress=progress)
     except BaseException:
         writer.close()
         raise

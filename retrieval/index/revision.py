@@ -20,7 +20,6 @@ from typing import Any
 import faiss
 import numpy as np
 import numpy.typing as npt
-from tqdm import tqdm
 
 from retrieval.corpus import Document
 from retrieval.embedder import Embedder, passage_embedding_text
@@ -45,6 +44,7 @@ from retrieval.index.faiss_index import (
 )
 from retrieval.index.generations import GENERATIONS_DIR, publish, served_generation
 from retrieval.passage import ChunkingConfig, Passage, split_document
+from retrieval.progress import Progress
 from retrieval.sentences.store import SentenceStore
 from retrieval.sentences.terms import Idf
 
@@ -139,8 +139,8 @@ def revise(
         passages = [base.passages[row] for row in kept_rows] + fresh
         vectors = np.vstack([base.vectors[kept_rows], fresh_vectors])
         records = _renumbered(keep) + fresh_records
-        manifest = _write(staging, base, passages, vectors, records, ann or AnnConfig())
-        _sentences(base.sentences, kept_rows, fresh, passages, embedder).save(staging)
+        manifest = _write(staging, base, passages, vectors, records, ann or AnnConfig(), progress)
+        _sentences(base.sentences, kept_rows, fresh, passages, embedder, progress).save(staging)
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         generation = publish(index_dir, staging)
     except BaseException:
@@ -212,12 +212,12 @@ def _embed(
     passages: Sequence[Passage], embedder: Embedder, batch_size: int, progress: bool
 ) -> npt.NDArray[np.float32]:
     vectors = np.zeros((len(passages), embedder.dimension), dtype=np.float32)
-    with tqdm(total=len(passages), unit="passage", desc="embedding", disable=not progress) as bar:
+    with Progress("passages embedded", len(passages), "passages", enabled=progress) as shown:
         for at in range(0, len(passages), batch_size):
             batch = passages[at : at + batch_size]
             texts = [passage_embedding_text(p) for p in batch]
             vectors[at : at + len(batch)] = embedder.encode(texts, batch_size=batch_size)
-            bar.update(len(batch))
+            shown.advance(len(batch))
     return vectors
 
 
@@ -228,17 +228,20 @@ def _write(
     vectors: npt.NDArray[np.float32],
     records: Sequence[DocumentRecord],
     ann: AnnConfig,
+    progress: bool,
 ) -> IndexManifest:
     flat = faiss.IndexFlatIP(base.manifest.dimension)
     flat.add(np.ascontiguousarray(vectors, dtype=np.float32))
     kind = ann.resolve(len(passages)) if ann.kind != "auto" else _kind(base, ann, len(passages))
-    faiss.write_index(build_search_index(flat, kind, ann), str(staging / INDEX_FILE))
+    with Progress(f"faiss index ({kind})", enabled=progress):
+        faiss.write_index(build_search_index(flat, kind, ann), str(staging / INDEX_FILE))
     with (staging / PASSAGES_FILE).open("w", encoding="utf-8") as lines:
         for passage in passages:
             lines.write(passage_to_json(passage) + "\n")
     if base.manifest.lexical_index == "bm25":
-        texts = [passage_embedding_text(p) for p in passages]
-        BM25Index.build(texts, BM25Config()).save(staging)
+        with Progress("BM25", enabled=progress):
+            texts = [passage_embedding_text(p) for p in passages]
+            BM25Index.build(texts, BM25Config()).save(staging)
     write_documents(staging, records)
     return dataclasses.replace(
         base.manifest,
@@ -274,6 +277,7 @@ def _sentences(
     fresh: Sequence[Passage],
     passages: Sequence[Passage],
     embedder: Embedder,
+    progress: bool,
 ) -> SentenceStore:
     """The kept rows' sentences copied (vectors included), the fresh passages' split and
     embedded, and the term frequencies counted again over all passages."""
@@ -285,7 +289,7 @@ def _sentences(
     vectors = np.asarray(old.vectors[take], dtype=np.float16)
     offsets = [np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)]
     if fresh:
-        new = SentenceStore.build(fresh, embedder)
+        new = SentenceStore.build(fresh, embedder, progress=progress)
         new_spans = new.spans.copy()
         new_spans[:, 0] += len(kept_rows)
         spans = np.vstack([spans, new_spans])

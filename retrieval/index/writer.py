@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from retrieval.index.faiss_index import (
 )
 from retrieval.index.generations import publish
 from retrieval.passage import Passage
+from retrieval.progress import Progress
 from retrieval.sentences.store import SentenceStore
 
 logger = logging.getLogger(__name__)
@@ -115,27 +115,25 @@ class IndexWriter:
         ann: AnnConfig,
         embedder: Embedder,
         documents: dict[str, DocumentRecord] | None = None,
+        *,
+        progress: bool = False,
     ) -> None:
         """Build the manifest's kind of index from the vectors added, the lexical index, the
         sentences with their vectors and the table of `documents` (by id), then publish it as
         the directory's next generation (retrieval/index/generations.py). Without `documents` it
-        has no table, and `index sync` refuses it."""
+        has no table, and `index sync` refuses it. Each phase shows its progress when
+        `progress` is set, and logs its time either way."""
         self._passages_file.close()
         self._vectors_file.close()
-        index = build_search_index(self._index, manifest.index_type, ann)
-        faiss.write_index(index, str(self.staging / INDEX_FILE))
+        with Progress(f"faiss index ({manifest.index_type})", enabled=progress):
+            index = build_search_index(self._index, manifest.index_type, ann)
+            faiss.write_index(index, str(self.staging / INDEX_FILE))
         passages = list(read_passages(self.staging / PASSAGES_FILE))
         if manifest.lexical_index == "bm25":
-            texts = [passage_embedding_text(p) for p in passages]
-            BM25Index.build(texts, BM25Config()).save(self.staging)
-        started_s = time.monotonic()
-        sentences = SentenceStore.build(passages, embedder)
-        sentences.save(self.staging)
-        logger.info(
-            "sentences embedded sentences=%d seconds=%.1f",
-            len(sentences),
-            time.monotonic() - started_s,
-        )
+            with Progress("BM25", enabled=progress):
+                texts = [passage_embedding_text(p) for p in passages]
+                BM25Index.build(texts, BM25Config()).save(self.staging)
+        SentenceStore.build(passages, embedder, progress=progress).save(self.staging)
         if documents is not None:
             write_documents(self.staging, rows_of(documents, passages))
         (self.staging / VECTORS_FILE).unlink()

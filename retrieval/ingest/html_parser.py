@@ -1,9 +1,16 @@
 """HTML pages: the main text, cut into sections at its headings (selectolax over lexbor).
 
 The main text is `<main>` (or `[role=main]`, else `<body>`) without scripts, styles, navigation,
-headers, footers, asides and forms, nor DocBook's navigation bars (PostgreSQL's manual). A
-heading's anchor is its own id, else that of the element it opens (`<section id>`, DocBook's
-`<div class="sect1" id>`), else its permalink (`<a href="#...">`).
+headers, footers, asides and forms, nor DocBook's navigation bars and tables of contents
+(PostgreSQL's manual). A heading's anchor is its own id, else that of the element it opens
+(`<section id>`, DocBook's `<div class="sect1" id>`), else its permalink (`<a href="#...">`).
+
+The text is written as the sentence splitter reads it (retrieval/sentences/splitter.py): each
+block a paragraph of its own, after a blank line, so a definition's term ("max_connections
+(integer)") stays a line above its paragraph and never runs into its first sentence; a table's
+cells are one line per row, joined by " · ". An admonition's title ("Note", "Tip") is a line of
+its section, not a heading: it opens no section, so the text after the admonition stays under
+the heading it belongs to.
 """
 
 from __future__ import annotations
@@ -19,7 +26,12 @@ from retrieval.ingest.parsed import ParsedFile, Section
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 _DROPPED = "script, style, noscript, template, nav, header, footer, aside, form, svg, button"
 _DROPPED_ROLES = ("navigation", "banner", "contentinfo", "search", "complementary")
-_DROPPED_CLASSES = ("navheader", "navfooter", "headerlink")
+_DROPPED_CLASSES = ("navheader", "navfooter", "headerlink", "toc")
+# DocBook's admonitions, whose title is a heading element.
+_ADMONITIONS = frozenset(["note", "tip", "warning", "caution", "important"])
+_CELLS = frozenset(["td", "th"])
+_CELL_SEPARATOR = " \u00b7 "
+_CELL_END = "\x00"
 _BLOCKS = frozenset(
     [
         "address",
@@ -44,8 +56,6 @@ _BLOCKS = frozenset(
         "tbody",
         "thead",
         "tr",
-        "td",
-        "th",
         "ul",
     ]
 )
@@ -68,10 +78,14 @@ class _Sections:
         self.words.append(value)
 
     def line(self) -> None:
-        line = " ".join("".join(self.words).split())
-        if line:
+        cells = (" ".join(cell.split()) for cell in "".join(self.words).split(_CELL_END))
+        if line := _CELL_SEPARATOR.join(cell for cell in cells if cell):
             self.lines.append(line)
         self.words = []
+
+    def cell(self) -> None:
+        """Ends a table cell: the row's cells, empty ones left out, make one line."""
+        self.words.append(_CELL_END)
 
     def preformatted(self, value: str) -> None:
         self.line()
@@ -90,7 +104,7 @@ class _Sections:
         self.line()
         if self.lines:
             heading_path = (self.title, *(text for _, text in self.path))
-            self.done.append(Section(heading_path, "\n".join(self.lines), self.anchor))
+            self.done.append(Section(heading_path, "\n\n".join(self.lines), self.anchor))
         self.lines = []
 
 
@@ -130,17 +144,25 @@ def _walk(node: LexborNode, sections: _Sections) -> None:
         tag = child.tag
         if tag == "-text":
             sections.text(child.text_content or "")
-        elif tag in _HEADINGS:
+        elif tag in _HEADINGS and not _is_admonition(child.parent):
             sections.heading(_HEADINGS[tag], _heading_text(child), _anchor_of(child))
         elif tag == "pre":
             sections.preformatted(child.text(deep=True))
+        elif tag in _CELLS:
+            _walk(child, sections)
+            sections.cell()
         elif tag is not None and not tag.startswith("-"):
-            block = tag in _BLOCKS
+            block = tag in _BLOCKS or tag in _HEADINGS
             if block:
                 sections.line()
             _walk(child, sections)
             if block:
                 sections.line()
+
+
+def _is_admonition(node: LexborNode | None) -> bool:
+    classes = (node.attributes.get("class") or "").split() if node is not None else []
+    return not _ADMONITIONS.isdisjoint(classes)
 
 
 def _heading_text(node: LexborNode) -> str:

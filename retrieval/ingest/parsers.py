@@ -14,7 +14,7 @@ from retrieval.ingest.text_parser import TextParser
 FileFormat = Literal["html", "markdown", "text", "pdf", "jsonl"]
 
 # Bump when a parser's output changes: an index built by an older parser is then not current.
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: HTML blocks as paragraphs, table rows as lines, admonitions
 
 _SUFFIXES: dict[str, FileFormat] = {
     ".html": "html",

@@ -50,7 +50,13 @@ from retrieval.sentences.splitter import (
     paragraph_start,
     starts_as_sentence,
 )
-from retrieval.sentences.store import SentenceRef, SentenceStore, ends_cut, starts_cut
+from retrieval.sentences.store import (
+    SentenceRef,
+    SentenceStore,
+    ends_cut,
+    section_break,
+    starts_cut,
+)
 from retrieval.sentences.terms import Idf, content_terms, term_list
 
 FEATURES = (
@@ -236,7 +242,8 @@ def candidates(
         refs = store.of(row)
         spans = [SentenceSpan(ref.start, ref.end, ref.kind) for ref in refs]
         before = None if windows is None else windows.at(row, passage, -1)
-        head = "" if passage.position == 0 else _paragraph_head(passage, before)
+        starts = passage.position == 0 or (before is not None and section_break(before, passage))
+        head = "" if starts else _paragraph_head(passage, before)
         terms = definition_terms(passage.text, spans, head=head)
         navigation = navigation_blocks(passage.text)
         for ref, term in zip(refs, terms, strict=True):

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from retrieval.embedder import Embedder
 from retrieval.errors import IndexMismatchError
 from retrieval.passage import Passage
+from retrieval.progress import Progress
 from retrieval.sentences.splitter import SpanKind, split_sentences
 from retrieval.sentences.terms import Idf
 
@@ -80,7 +81,12 @@ class SentenceStore:
 
     @classmethod
     def build(
-        cls, passages: Sequence[Passage], embedder: Embedder, *, batch_size: int = 128
+        cls,
+        passages: Sequence[Passage],
+        embedder: Embedder,
+        *,
+        batch_size: int = 128,
+        progress: bool = False,
     ) -> SentenceStore:
         """Split every passage, embed each distinct sentence text once. Blocking."""
         spans: list[tuple[int, int, int, int, int]] = []
@@ -88,8 +94,11 @@ class SentenceStore:
         texts: dict[str, int] = {}
         text_of: list[int] = []
         for row, passage in enumerate(passages):
-            last_window = row + 1 == len(passages) or passages[row + 1].doc_id != passage.doc_id
-            for position, (start, end, flags) in enumerate(_spans(passage, last_window)):
+            first_window = row == 0 or section_break(passages[row - 1], passage)
+            last_window = row + 1 == len(passages) or section_break(passage, passages[row + 1])
+            for position, (start, end, flags) in enumerate(
+                _spans(passage, first_window, last_window)
+            ):
                 spans.append((row, start, end, position, flags))
                 text = passage.text[start:end]
                 # Code blocks and headings are never quoted: no vector (a zero one), which keeps
@@ -102,10 +111,13 @@ class SentenceStore:
         order = sorted(range(len(distinct)), key=lambda i: len(distinct[i]))
         dimension = embedder.dimension
         encoded = np.zeros((len(distinct), dimension), dtype=np.float16)
-        for at in range(0, len(order), batch_size):
-            chunk = order[at : at + batch_size]
-            batch = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
-            encoded[chunk] = batch.astype(np.float16)
+        shown = Progress("sentence vectors", len(order), "sentences", enabled=progress)
+        with shown:
+            for at in range(0, len(order), batch_size):
+                chunk = order[at : at + batch_size]
+                batch = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
+                encoded[chunk] = batch.astype(np.float16)
+                shown.advance(len(chunk))
         rows_of = np.asarray(text_of, dtype=np.int64)
         vectors = np.zeros((len(text_of), dimension), dtype=np.float16)
         vectors[rows_of >= 0] = encoded[rows_of[rows_of >= 0]]
@@ -146,6 +158,17 @@ class SentenceStore:
         return store
 
 
+def section_break(before: Passage, after: Passage) -> bool:
+    """Whether window `after` starts a section (or a document) that window `before` is not in.
+    Windows inside a section overlap; one that starts where the other has ended, under other
+    headings, starts the next section, and so neither cuts a sentence there. A JSONL document
+    is one section."""
+    return after.doc_id != before.doc_id or (
+        before.end_char <= after.start_char
+        and (before.heading_path, before.anchor) != (after.heading_path, after.anchor)
+    )
+
+
 def starts_cut(passage: Passage, start: int, position: int) -> bool:
     """Whether the unit at `start`, the `position`th of the window, is a sentence the window
     starts inside (a window after a document's first starts wherever it fell)."""
@@ -158,11 +181,15 @@ def ends_cut(passage: Passage, end: int, position: int, count: int) -> bool:
     return position == count - 1 and not passage.text[:end].endswith(_ENDS)
 
 
-def _spans(passage: Passage, last_window: bool) -> Iterator[tuple[int, int, int]]:
+def _spans(
+    passage: Passage, first_window: bool, last_window: bool
+) -> Iterator[tuple[int, int, int]]:
+    """The window's units as (start, end, flags); a section's first window starts with a whole
+    unit and its last ends with one, since a window never crosses a section's edge."""
     text = passage.text
     found = split_sentences(text)
     for n, span in enumerate(found):
-        whole = not starts_cut(passage, span.start, n) and (
+        whole = (first_window or not starts_cut(passage, span.start, n)) and (
             last_window or not ends_cut(passage, span.end, n, len(found))
         )
         flags = (WHOLE if whole else 0) | (CODE if span.kind == "code" else 0)

@@ -1,24 +1,26 @@
 """Answers a new user of the demo would ask for, on the bundled PostgreSQL manual, with the
-service's defaults (`answer_mode` auto): the pages that hold the answers and a spread of others
-as distractors, indexed as the demo indexes them, over real HTTP."""
+service's defaults (`answer_mode` auto): the HTML pages that hold the answers and a spread of
+others as distractors, indexed as the demo indexes them (its HTML folder, with the manual's
+URLs), over real HTTP."""
 
 from __future__ import annotations
 
-import gzip
-import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from answer_service.cli.demo import DEMO_CORPUS
+from answer_service.cli.manual import PAGES_FOLDER, SOURCE_URL, manual_pages
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
+from retrieval.ingest.source import IngestOptions, open_source
 from tests.integration.conftest import ServiceFactory
 from tests.support import post_answer
 
 pytestmark = pytest.mark.integration
 
+# Pages (`NAME.html`, documents `postgresql-15/NAME.html`) that answer the questions below.
 ANSWERING = {
     "explicit-locking",
     "functions-admin",
@@ -38,16 +40,22 @@ ANSWERING = {
 
 @pytest.fixture(scope="module")
 def manual_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    with gzip.open(DEMO_CORPUS, "rt", encoding="utf-8") as lines:
-        pages = [json.loads(line) for line in lines]
-    kept = [p for n, p in enumerate(pages) if p["_id"] in ANSWERING or n % 60 == 0]
     folder = tmp_path_factory.mktemp("manual")
-    corpus = folder / "manual.jsonl"
-    corpus.write_text("".join(json.dumps(page) + "\n" for page in kept))
+    pages = sorted(manual_pages(folder / "cache").glob("*.html"))
+    kept = folder / PAGES_FOLDER
+    kept.mkdir()
+    for n, page in enumerate(pages):
+        if page.stem in ANSWERING or n % 60 == 0:
+            shutil.copy(page, kept / page.name)
+    source = open_source([kept], IngestOptions(source_url=SOURCE_URL))
     build_index(
-        corpus, folder / "index", SentenceTransformerEmbedder(EmbedderConfig()), progress=False
+        source, folder / "index", SentenceTransformerEmbedder(EmbedderConfig()), progress=False
     )
     return folder / "index"
+
+
+def _page(doc_id: str) -> str:
+    return Path(doc_id).stem
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +89,14 @@ def test_the_answer_names_what_the_manual_says(url: str, question: str, named: s
     assert cited
     sources = {s["number"]: s for s in body["sources"]}
     assert all(
-        named.split()[0] in sources[n]["snippet"] or sources[n]["doc_id"] in ANSWERING
+        named.split()[0] in sources[n]["snippet"] or _page(sources[n]["doc_id"]) in ANSWERING
         for n in cited
     )
+    # Each cited source links its section on www.postgresql.org, under its page's headings.
+    for n in cited:
+        page = _page(sources[n]["doc_id"])
+        assert sources[n]["url"].startswith(f"{SOURCE_URL}{page}.html"), sources[n]
+        assert sources[n]["heading_path"], sources[n]
     # A quote is short and ends where the manual's sentence ends.
     assert len(body["answer"].split()) <= 80
 

@@ -39,6 +39,38 @@ def test_html_docbook_anchors_and_declared_encoding() -> None:
     assert "café server" in HtmlParser().parse(latin1, "x").sections[0].text
 
 
+_DOCBOOK_PAGE = b"""<html><head><title>20.3. Connections</title></head><body>
+<div class="navheader">Prev Up Next</div>
+<div class="sect1" id="RUNTIME-CONFIG-CONNECTION"><div class="titlepage"><h2>20.3. Connections</h2></div>
+<div class="toc"><dl class="toc"><dt>20.3.1. Connection Settings</dt></dl></div>
+<div class="sect2" id="RUNTIME-CONFIG-CONNECTION-SETTINGS"><h3>20.3.1. Connection Settings</h3>
+<div class="variablelist"><dl><dt>max_connections (integer)</dt>
+<dd><p>Determines the maximum number of
+   concurrent connections.</p>
+<div class="note"><h3 class="title">Note</h3><p>On a standby server, set it higher.</p></div>
+<p>The default is typically 100 connections.</p></dd></dl></div>
+<table><tr><th>Item</th><th>Upper Limit</th><th></th></tr>
+<tr><td>relation size</td><td>32 TB</td><td>with the default BLCKSZ</td></tr></table>
+</div></div></body></html>"""
+
+
+def test_html_docbook_blocks_are_paragraphs_and_admonitions_open_no_section() -> None:
+    """As the sentence splitter reads a manual: a term on its own paragraph above its
+    definition, a table row on one line, the text after a note still under its heading, and
+    no table of contents."""
+    page = HtmlParser().parse(_DOCBOOK_PAGE, "x")
+    assert [s.heading_path[-1] for s in page.sections] == ["20.3.1. Connection Settings"]
+    assert page.sections[0].text.split("\n\n") == [
+        "max_connections (integer)",
+        "Determines the maximum number of concurrent connections.",
+        "Note",
+        "On a standby server, set it higher.",
+        "The default is typically 100 connections.",
+        "Item \u00b7 Upper Limit",
+        "relation size \u00b7 32 TB \u00b7 with the default BLCKSZ",
+    ]
+
+
 def test_markdown_front_matter_nested_headings_and_plain_text() -> None:
     page = MarkdownParser().parse((FIXTURES / "notes.md").read_bytes(), "notes.md")
     assert (page.title, page.url) == (

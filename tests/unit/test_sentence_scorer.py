@@ -223,6 +223,29 @@ def test_a_sentence_a_window_cuts_is_read_whole_from_the_windows_around_it() -> 
     assert [bool(c.tail) for c in read] == [False, True, False, True, False]
 
 
+def test_a_sections_first_window_starts_whole_and_its_term_defines_the_paragraph() -> None:
+    """A window never crosses a section's edge, so a section's first window (the document's
+    second or later) starts with a whole sentence even in lower case ("initdb creates ..."),
+    and a term on its first line defines the paragraph below it."""
+    one = "Synopsis\n\ninitdb [option...] [ --pgdata | -D ] directory"
+    two = "initdb creates a new PostgreSQL database cluster.\n\nwork_mem (integer)\n\n"
+    two += "Sets the base maximum amount of memory. The default is four megabytes."
+    text = f"{one}\n\n{two}"
+    start = len(one) + 2
+    windows = [
+        Passage("p#0", "p", 0, "initdb", one, 0, len(one), ("initdb", "Synopsis"), anchor="s"),
+        Passage("p#1", "p", 1, "initdb", two, start, len(text), ("initdb", "Description")),
+    ]
+    store = SentenceStore.build(windows, HashEmbedder())
+    found = candidates(store, [(1, windows[1])], windows.__getitem__)
+    assert found[0].text == "initdb creates a new PostgreSQL database cluster."
+    assert found[0].ref.whole
+    assert [c.term for c in found if c.text.startswith(("Sets", "The default"))] == [
+        "work_mem (integer)",
+        "work_mem (integer)",
+    ]
+
+
 def test_a_sentence_cut_where_the_window_around_does_not_hold_it_stays_a_fragment() -> None:
     text = "Mount Etna is on the east coast of Sicily. It is one of the most active volcanoes."
     cut = text.index("the most active")
