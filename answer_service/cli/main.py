@@ -146,8 +146,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from answer_service.cli.ask import ask
+    from answer_service.cli.ask import ask, converse
 
+    if args.interactive or (args.question is None and sys.stdin.isatty()):
+        return asyncio.run(
+            converse(args.url, args.budget_ms, args.top_k, args.api_key, args.answer_mode)
+        )
+    if args.question is None:
+        print("ask: give a question, or --interactive", file=sys.stderr)
+        return 2
     return asyncio.run(
         ask(args.url, args.question, args.budget_ms, args.top_k, args.api_key, args.answer_mode)
     )
@@ -268,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     ask = commands.add_parser("ask", help="stream an answer from a running service")
-    ask.add_argument("question")
+    ask.add_argument("question", nargs="?", help="none, at a terminal: --interactive")
+    ask.add_argument(
+        "--interactive",
+        action="store_true",
+        help="one question after another, as a conversation (follow-ups continue it)",
+    )
     ask.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_SERVICE_PORT}")
     ask.add_argument("--budget-ms", type=int, default=None)
     ask.add_argument("--top-k", type=int, default=None)

@@ -13,8 +13,20 @@ from typing import Annotated
 from fastapi import Depends, Request, Response
 from pydantic import ValidationError
 
-from answer_service.errors import ForbiddenError, InvalidRequestError, NotReadyError
-from answer_service.http.schemas import AnswerBody, FiltersIn, ServiceFields
+from answer_service.errors import (
+    ForbiddenError,
+    InvalidRequestError,
+    NotReadyError,
+    PayloadTooLargeError,
+)
+from answer_service.http.schemas import (
+    MAX_HISTORY_BYTES,
+    MAX_HISTORY_TURNS,
+    AnswerBody,
+    FiltersIn,
+    ServiceFields,
+    TurnIn,
+)
 from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.attribution import Citation, with_markers
 from answer_service.pipeline.events import (
@@ -29,6 +41,7 @@ from answer_service.runtime.components import Components
 from answer_service.runtime.keys.auth import ApiKey
 from answer_service.runtime.settings import Settings
 from budget import Deadline
+from retrieval.query_rewrite import Role, Turn
 from retrieval.retriever import Retriever
 from retrieval.search.filters import PassageFilter
 
@@ -101,6 +114,35 @@ def passage_filter(asked: FiltersIn | None, key: ApiKey | None) -> PassageFilter
     return PassageFilter(named, asked.path_prefix, tags).within(readable)
 
 
+def checked_history(turns: list[TurnIn]) -> tuple[Turn, ...]:
+    """`history` as the pipeline takes it; over `MAX_HISTORY_BYTES` of content is refused
+    (413). Its shape, roles and turn count pydantic has checked (422)."""
+    size = sum(len(t.content.encode()) for t in turns)
+    if size > MAX_HISTORY_BYTES:
+        raise PayloadTooLargeError(
+            f"`history` holds {size} bytes of content; the limit is {MAX_HISTORY_BYTES} "
+            "(send the latest turns)"
+        )
+    return tuple(Turn(t.role, t.content) for t in turns)
+
+
+def recent_history(messages: list[tuple[str, str]]) -> list[TurnIn]:
+    """An OpenAI-shaped conversation's user and assistant turns (system and developer
+    messages read past), its latest ones within the limits of `history`: a client that sends
+    a long chat whole is not refused, its oldest turns are left out."""
+    kept: list[TurnIn] = []
+    size = 0
+    for role, content in reversed(messages):
+        if role not in ("user", "assistant"):
+            continue
+        size += len(content.encode())
+        if len(kept) == MAX_HISTORY_TURNS or size > MAX_HISTORY_BYTES:
+            break
+        turn_role: Role = "user" if role == "user" else "assistant"
+        kept.append(TurnIn(role=turn_role, content=content))
+    return kept[::-1]
+
+
 def answer_request(
     body: AnswerBody, settings: Settings, tier: str, key: ApiKey | None = None
 ) -> AnswerRequest:
@@ -122,6 +164,7 @@ def answer_request(
         key_id=key.key_id if key is not None else None,
         answer_mode=body.answer_mode,
         passage_filter=passage_filter(body.filters, key),
+        history=checked_history(body.history),
     )
 
 
@@ -131,13 +174,15 @@ def _openai_answer_request(
     query: str,
     fields: ServiceFields,
     header_tier: str | None,
+    history: list[tuple[str, str]],
 ) -> AnswerRequest:
-    """An OpenAI-shaped request's answer request: `query` (its last user message) with the
-    service's own fields, checked as `POST /v1/answer` checks them. A tier in the body wins
-    over X-Tenant-Tier."""
+    """An OpenAI-shaped request's answer request: `query` (its last user message) after
+    `history` (the messages before it, as (role, text)), with the service's own fields,
+    checked as `POST /v1/answer` checks them. A tier in the body wins over X-Tenant-Tier."""
     try:
         body = AnswerBody(
             query=query,
+            history=recent_history(history),
             ttft_budget_ms=fields.ttft_budget_ms,
             top_k=fields.top_k,
             allow_sources_only=fields.allow_sources_only,
@@ -242,10 +287,13 @@ async def start_openai_answer(
     query: str,
     fields: ServiceFields,
     header_tier: str | None,
+    history: list[tuple[str, str]] | None = None,
 ) -> tuple[AnswerPipeline, PreparedAnswer] | None:
-    """`start_answer` for an OpenAI-shaped request: `query` (its last user message) with the
-    service's own fields (see `_openai_answer_request`)."""
-    request = _openai_answer_request(http_request, components.settings, query, fields, header_tier)
+    """`start_answer` for an OpenAI-shaped request: `query` (its last user message) after
+    `history`, with the service's own fields (see `_openai_answer_request`)."""
+    request = _openai_answer_request(
+        http_request, components.settings, query, fields, header_tier, history or []
+    )
     return await start_answer(http_request, components, request)
 
 

@@ -114,8 +114,8 @@ async def readyz(components: ComponentsDep) -> JSONResponse:
 
 def _sse(event: PipelineEvent) -> bytes:
     match event:
-        case PlanEvent(record):
-            payload: Any = PlanPayload.of(record)
+        case PlanEvent(record, searched_query):
+            payload: Any = PlanPayload.of(record, searched_query)
             name = "plan"
         case SourcesEvent(sources):
             payload, name = SourcesPayload(sources=[SourceOut.of(s) for s in sources]), "sources"
@@ -163,7 +163,7 @@ async def answer(
         def render(collected: Collected) -> Response:
             out = AnswerOut(
                 answer=collected.cited_text,
-                plan=PlanPayload.of(prepared.record),
+                plan=PlanPayload.of(prepared.record, prepared.request.query),
                 sources=[SourceOut.of(s) for s in prepared.sources],
                 citations=[CitationPayload.of(c) for c in collected.citations],
                 done=DonePayload.of(collected.stats),

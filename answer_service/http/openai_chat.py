@@ -88,6 +88,12 @@ class ChatCompletionBody(ServiceFields):
                 return message.text()
         raise InvalidRequestError("`messages` has no user message: the last one is the query")
 
+    def history(self) -> list[tuple[str, str]]:
+        """The messages before the last user message, as (role, text): the conversation a
+        follow-up is made standalone from."""
+        last = max((i for i, m in enumerate(self.messages) if m.role == "user"), default=0)
+        return [(m.role, m.text()) for m in self.messages[:last]]
+
 
 def _url(source: Source) -> str:
     return source.url or source.passage_id
@@ -190,7 +196,9 @@ async def chat_completions(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Response:
-    started = await start_openai_answer(http_request, components, body.query(), body, x_tenant_tier)
+    started = await start_openai_answer(
+        http_request, components, body.query(), body, x_tenant_tier, body.history()
+    )
     if started is None:
         return Response(status_code=499)
     pipeline, prepared = started

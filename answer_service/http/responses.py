@@ -1,7 +1,9 @@
 """`POST /v1/responses`: the answer pipeline behind OpenAI's Responses API (the shape
 Perplexity's API took), so the official `openai` client's `responses.create` works unchanged.
 
-The query is `input` (a string) or its last user message; the service's own fields come as
+The query is `input` (a string) or its last user message, after the conversation that
+`previous_response_id` names (this key's response, kept an hour: 404 for another key's, an
+unknown or an expired one) and the input messages before it; the service's own fields come as
 on chat completions (`extra_body`: `ttft_budget_ms`, `top_k`, `tier`, `allow_sources_only`,
 `answer_mode`; the tier also from `X-Tenant-Tier`), checked by the same code.
 
@@ -28,7 +30,7 @@ HTTP error, as on the other routes.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
@@ -36,10 +38,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.sse import format_sse_event
 from starlette.background import BackgroundTask
 
+from answer_service.errors import NotFoundError
 from answer_service.http.answering import (
     Collected,
     ComponentsDep,
     collect_while_connected,
+    request_key,
     start_openai_answer,
 )
 from answer_service.http.passages import passage_url
@@ -78,6 +82,8 @@ from answer_service.pipeline.events import (
     Source,
     TokenEvent,
 )
+from answer_service.runtime.conversations import TTL_S, ConversationStore
+from retrieval.query_rewrite import Turn
 
 router = APIRouter()
 
@@ -277,14 +283,40 @@ def _sse(event: StreamEvent) -> bytes:
 
 
 async def _stream(
-    pipeline: AnswerPipeline, prepared: PreparedAnswer, shape: ResponseShape
+    pipeline: AnswerPipeline,
+    prepared: PreparedAnswer,
+    shape: ResponseShape,
+    answered: Callable[[str], Awaitable[None]],
 ) -> AsyncIterator[bytes]:
+    """The response's events; `answered` gets the whole text of an answer that did not fail."""
     events = ResponseEvents(shape)
     for out in events.start():
         yield _sse(out)
+    failed = False
     async for event in pipeline.events(prepared):
+        failed = failed or isinstance(event, ErrorEvent)
+        if isinstance(event, DoneEvent) and not failed:
+            # Kept before the client hears it is complete, so it can be continued at once.
+            await answered(events.text)
         for out in events.feed(event):
             yield _sse(out)
+
+
+async def _earlier_turns(
+    store: ConversationStore, key_id: str | None, response_id: str | None
+) -> list[tuple[str, str]]:
+    """The conversation `previous_response_id` continues, as (role, text); 404 when this key
+    has no such response."""
+    if response_id is None:
+        return []
+    turns = await store.turns(key_id, response_id)
+    if turns is None:
+        raise NotFoundError(
+            f"`previous_response_id` {response_id!r} is no response this key can continue: it "
+            f"is unknown, expired (responses are kept {TTL_S / 60:.0f} minutes) or another "
+            "key's"
+        )
+    return [(t.role, t.content) for t in turns]
 
 
 @router.post(
@@ -292,6 +324,7 @@ async def _stream(
     response_model=ResponseObject,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "a response or its events"},
+        404: {"model": ErrorResponse},
         422: {"model": ErrorResponse},
         503: {"model": ErrorResponse},
         504: {"model": ErrorResponse},
@@ -303,7 +336,13 @@ async def create_response(
     http_request: Request,
     x_tenant_tier: Annotated[str | None, Header(description="The tenant tier.")] = None,
 ) -> Response:
-    started = await start_openai_answer(http_request, components, body.query(), body, x_tenant_tier)
+    key = request_key(http_request)
+    key_id = key.key_id if key is not None else None
+    earlier = await _earlier_turns(components.conversations, key_id, body.previous_response_id)
+    query, history = body.query(), [*earlier, *body.history()]
+    started = await start_openai_answer(
+        http_request, components, query, body, x_tenant_tier, history
+    )
     if started is None:
         return Response(status_code=499)
     pipeline, prepared = started
@@ -313,20 +352,32 @@ async def create_response(
         prepared.sources,
         lambda passage_id: passage_url(http_request, passage_id),
     )
+
+    async def remember(answer: str) -> None:
+        turns = [Turn("user" if r == "user" else "assistant", c) for r, c in history]
+        turns += [Turn("user", query), Turn("assistant", answer)]
+        await components.conversations.remember(key_id, shape.id, turns)
+
     if not body.stream:
+        answers: list[str] = []
 
         def render(collected: Collected) -> Response:
             out = whole_response(shape, collected)
+            if collected.error is None:
+                answers.append(collected.text)
             return JSONResponse(out.model_dump(), status_code=collected.status_code)
 
-        return await collect_while_connected(http_request, pipeline, prepared, render)
+        response = await collect_while_connected(http_request, pipeline, prepared, render)
+        for answer in answers:  # kept before the client has the response
+            await remember(answer)
+        return response
 
     async def release() -> None:
         # Runs even when the client went away before the stream started.
         prepared.close_nowait()
 
     return StreamingResponse(
-        _stream(pipeline, prepared, shape),
+        _stream(pipeline, prepared, shape, remember),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         background=BackgroundTask(release),

@@ -24,8 +24,8 @@ from answer_service.http.schemas import ServiceFields
 _UNSUPPORTED = {
     "tools": "the service answers from its own index, without tools",
     "tool_choice": "the service answers from its own index, without tools",
-    "previous_response_id": "responses are not stored: send the conversation in `input`",
-    "conversation": "responses are not stored: send the conversation in `input`",
+    "conversation": "conversation objects are not kept: send `previous_response_id`, or the "
+    "conversation in `input`",
     "background": "answers are streamed or returned, not run in the background",
     "include": "nothing extra can be included",
     "text": "the answer is plain text; no other output format is offered",
@@ -71,10 +71,12 @@ class ResponsesStreamOptions(BaseModel):
 
 class ResponsesBody(ServiceFields):
     """OpenAI's response request, less what an answer engine cannot honour (`_UNSUPPORTED`).
-    The query is `input` (a string) or its last user message. `instructions`, like a system
-    message on chat completions, is accepted and not used: the service has its own prompt.
-    `max_output_tokens`, `temperature` and `top_p` are accepted for compatibility; the
-    service's settings decide them. Nothing is stored (`store` is accepted and not used)."""
+    The query is `input` (a string) or its last user message; the messages before it, after
+    those of `previous_response_id`'s conversation (kept an hour per API key), are its history.
+    `instructions`, like a system message on chat completions, is accepted and not used: the
+    service has its own prompt. `max_output_tokens`, `temperature` and `top_p` are accepted
+    for compatibility; the service's settings decide them. Every response's conversation is
+    kept to be continued (`store` is accepted and not used)."""
 
     model: StrictStr | None = None
     input: StrictStr | list[InputMessage]
@@ -87,6 +89,7 @@ class ResponsesBody(ServiceFields):
     store: StrictBool | None = None
     metadata: dict[str, StrictStr] | None = None
     user: StrictStr | None = None
+    previous_response_id: StrictStr | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -115,6 +118,13 @@ class ResponsesBody(ServiceFields):
                     raise InvalidRequestError("the last user message, the query, is empty")
                 return message.text()
         raise InvalidRequestError("`input` has no user message: the last one is the query")
+
+    def history(self) -> list[tuple[str, str]]:
+        """The input messages before the last user message, as (role, text)."""
+        if isinstance(self.input, str):
+            return []
+        last = max((i for i, m in enumerate(self.input) if m.role == "user"), default=0)
+        return [(m.role, m.text()) for m in self.input[:last]]
 
 
 class UrlCitation(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -61,6 +61,21 @@ class FiltersIn(BaseModel):
         return frozenset([self.collection] if isinstance(self.collection, str) else self.collection)
 
 
+# A conversation's history on `POST /v1/answer`: at most this many turns and this many bytes
+# of content (UTF-8) in all; the rewrite reads only the latest turns.
+MAX_HISTORY_TURNS = 50
+MAX_HISTORY_BYTES = 32 * 1024
+
+
+class TurnIn(BaseModel):
+    """One earlier message of the conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant"]
+    content: StrictStr
+
+
 class AnswerBody(BaseModel):
     """`POST /v1/answer`. Unknown fields and wrong types are refused, not coerced."""
 
@@ -86,6 +101,13 @@ class AnswerBody(BaseModel):
     )
     filters: FiltersIn | None = Field(
         default=None, description="Answer only from the passages these filters allow."
+    )
+    history: list[TurnIn] = Field(
+        default=[],
+        max_length=MAX_HISTORY_TURNS,
+        description="The conversation before `query`, oldest first: a follow-up is searched "
+        "with the earlier questions' salient words (the `plan` event's `searched_query`). At "
+        f"most {MAX_HISTORY_TURNS} turns and {MAX_HISTORY_BYTES // 1024} KiB of content.",
     )
 
 
@@ -359,9 +381,11 @@ class PlanPayload(BaseModel):
     # The smallest generated answer's typical time to a first token on an idle worker, from the
     # stage models (measured here at warm-up): a budget under it gets a quote or a 422.
     floor_ms: float = 0.0
+    # The query retrieval searched: the question, or a follow-up made standalone.
+    searched_query: str = ""
 
     @classmethod
-    def of(cls, plan: PlanRecord) -> PlanPayload:
+    def of(cls, plan: PlanRecord, searched_query: str = "") -> PlanPayload:
         return cls(
             planner=plan.planner,
             tier=plan.tier,
@@ -384,6 +408,7 @@ class PlanPayload(BaseModel):
             form=plan.form,
             form_reason=plan.form_reason,
             floor_ms=round(plan.floor_ms, 1),
+            searched_query=searched_query,
         )
 
 

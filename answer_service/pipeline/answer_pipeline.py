@@ -1,18 +1,21 @@
 """The answer pipeline: every step of a request is a stage run by the one `StageRunner` under
 its slice of the request's deadline, and after each `budget/` gives back the next plan.
 
-    cache → (admit) → embed → search → rerank → sentences → read → evidence (→ abstain)
+    (rewrite →) cache → (admit) → embed → search → rerank → sentences → read → evidence
+          (→ abstain)
           → form → quote                                       (an answer without the model)
           → slot → prompt → generate (send) → first_token      (answer_stream.py)
 
-`prepare()` does everything that can still fail with a plain HTTP error (the answer cache, the
-plan and its admission, retrieval, a generation slot, the prompt, and opening the SGLang stream
-up to its response headers); `events()` then streams `plan`, `sources`, the answer and `done`
-(answer_stream.py). A plan may end without the model: a cached answer, sources only, a quote, or
-an abstention when the evidence is weak. A stage that overruns its slice is cut (rerank →
-retrieval order, fewer passages) and generation re-planned with the time left. The pipeline
-decides nothing itself: admission, cuts, abstention and the form come back from `budget/` as
-plans. No FastAPI here: `eval/` runs the same pipeline in-process.
+A request with history first has its query made standalone (`rewrite`, model-free), so the
+cache, retrieval and the answer all see the follow-up as searched. `prepare()` does everything
+that can still fail with a plain HTTP error (the answer cache, the plan and its admission,
+retrieval, a generation slot, the prompt, and opening the SGLang stream up to its response
+headers); `events()` then streams `plan`, `sources`, the answer and `done` (answer_stream.py).
+A plan may end without the model: a cached answer, sources only, a quote, or an abstention when
+the evidence is weak. A stage that overruns its slice is cut (rerank → retrieval order, fewer
+passages) and generation re-planned with the time left. The pipeline decides nothing itself:
+admission, cuts, abstention and the form come back from `budget/` as plans. No FastAPI here:
+`eval/` runs the same pipeline in-process.
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ from generation.client import GenerationClient
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage
 from generation.stages import PromptConfig, PromptStage
+from retrieval.query_rewrite import (
+    Conversation,
+    FollowUpRewriter,
+    RewriteStage,
+    UniformWeights,
+)
 from retrieval.retriever import Retriever
 from retrieval.search.filters import allowed_lookup
 from retrieval.sentences.quote import QuotedSentence
@@ -252,6 +261,8 @@ class AnswerPipeline:
         mode = self._forms.mode_of(request.answer_mode)
         run = self._runner.run
         hard = self.hard_deadline(deadline)
+        if request.history:  # ahead of the cache: a follow-up's key is what it searches
+            request = await self._rewritten(request, retriever, hard, root)
         cache_key, hit = None, None
         if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
             scope = request.passage_filter.key if request.passage_filter else ""
@@ -342,6 +353,21 @@ class AnswerPipeline:
             context = context_passages(retrieved.passages)
         plan = plan.with_form(choice, len(context))
         return await self._generate(outcome, request, plan, retriever, retrieved, context, hard)
+
+    async def _rewritten(
+        self, request: AnswerRequest, retriever: Retriever, hard: Deadline, root: Span
+    ) -> AnswerRequest:
+        """The request with its query made standalone from its history (the `rewrite` stage,
+        model-free: microseconds, so it is spanned and timed but not planned)."""
+        lexical = retriever.index.lexical
+        weights = lexical if lexical is not None else UniformWeights()
+        stage = RewriteStage(FollowUpRewriter(weights))
+        conversation = Conversation(request.query, request.history)
+        rewritten = await self._runner.measure(stage, conversation, hard)
+        root.set_attribute("answer.rewritten", rewritten.value != request.query)
+        if self._config.record_content:
+            root.set_attribute("answer.searched_query", rewritten.value)
+        return dataclasses.replace(request, query=rewritten.value)
 
     def _prepared(
         self,

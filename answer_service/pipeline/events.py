@@ -12,6 +12,7 @@ from answer_service.pipeline.attribution import Citation
 from budget.forms import AnswerMode
 from budget.planner import StageTimes
 from budget.request_plan import Cut, PlanRecord
+from retrieval.query_rewrite import Turn
 from retrieval.search.filters import PassageFilter
 
 __all__ = [
@@ -47,6 +48,9 @@ class AnswerRequest:
     # The passages it may draw on: the request's filters within its key's collections.
     # None: every passage. Retrieval, the prompt, its sources and the answer cache keep to it.
     passage_filter: PassageFilter | None = None
+    # The conversation before `query`, oldest first: a follow-up is searched as the rewrite
+    # stage makes it (retrieval/query_rewrite.py), and `query` becomes what was searched.
+    history: tuple[Turn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,8 @@ class AnswerStats:
 @dataclass(frozen=True, slots=True)
 class PlanEvent:
     record: PlanRecord
+    # The query retrieval searched: the question, or a follow-up as the rewrite made it.
+    searched_query: str = ""
 
 
 @dataclass(frozen=True, slots=True)

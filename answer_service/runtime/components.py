@@ -28,6 +28,7 @@ from answer_service.runtime.configs import (
     reranker_config,
     scorer_weights,
 )
+from answer_service.runtime.conversations import ConversationStore
 from answer_service.runtime.document_writer import DocumentWriter
 from answer_service.runtime.fleet_rate import FleetArrivals
 from answer_service.runtime.index_watch import IndexWatcher
@@ -98,6 +99,8 @@ class Components:
     # What an eval command varies in-process; the service runs the shipped one.
     experiment: Experiment = SHIPPED
     rate_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None))
+    # The Responses API's conversations (`previous_response_id`), per key, with a TTL.
+    conversations: ConversationStore = field(default_factory=lambda: ConversationStore(None))
     streams: StreamCounts = field(default_factory=StreamCounts)
     retriever: Retriever | None = None
     pipeline: AnswerPipeline | None = None
@@ -158,6 +161,7 @@ class Components:
             fleet=FleetArrivals(redis) if redis is not None else None,
             keys=keys,
             rate_limiter=RateLimiter(redis),
+            conversations=ConversationStore(redis),
             experiment=experiment,
         )
 

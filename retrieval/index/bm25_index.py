@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -36,6 +37,7 @@ FORMAT_VERSION = 1
 BM25_DIR = "bm25"
 MANIFEST_FILE = "bm25_manifest.json"
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+_IDF_CACHE_WORDS = 50_000
 
 Stopwords = Literal["en"]
 
@@ -143,6 +145,7 @@ class BM25Index:
         self._retriever = retriever
         self._analyzer = _Analyzer(config)
         self._document_count = document_count
+        self._idf: dict[str, float | None] = {}
 
     def __len__(self) -> int:
         return self._document_count
@@ -186,6 +189,29 @@ class BM25Index:
         if allowed is not None:
             scores = np.where(allowed, scores, np.float32(0.0))
         return _top_k(scores, k)
+
+    def idf(self, word: str) -> float | None:
+        """The inverse document frequency of `word` as the index analyzes it (stemmed), summed
+        over its terms; None for a stopword or a word no passage holds. Reads the matrix only."""
+        if word in self._idf:
+            return self._idf[word]
+        term_ids = self._retriever.get_tokens_ids(self._analyzer.query(word))
+        if not term_ids:
+            return self._remember(word, None)
+        indptr = self._retriever.scores["indptr"]
+        total = 0.0
+        for term in term_ids:
+            frequency = int(indptr[term + 1] - indptr[term])
+            # Lucene's BM25 idf, as the scores were computed with (method="lucene").
+            total += math.log(1.0 + (self._document_count - frequency + 0.5) / (frequency + 0.5))
+        return self._remember(word, total)
+
+    def _remember(self, word: str, idf: float | None) -> float | None:
+        """Words already weighed (tokenizing one costs ~50 us); bounded by starting over."""
+        if len(self._idf) >= _IDF_CACHE_WORDS:
+            self._idf.clear()
+        self._idf[word] = idf
+        return idf
 
     def save(self, directory: Path) -> None:
         """Write to `directory / "bm25"`, replacing what was there only once all is written."""

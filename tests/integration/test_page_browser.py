@@ -1,7 +1,8 @@
 """The search page at `/` in a real headless browser (Debian's chromium, driven by playwright),
 against the service over real HTTP with the real SQuAD index and the fake SGLang (whose words are
 known, so a sentence is cited and a long answer can be stopped): tokens arrive, sources and
-citation markers show, a marker shows its passage, Stop aborts the request on SGLang, a question
+citation markers show, a marker shows its passage, a follow-up is sent with the conversation
+before it and searched with it, Stop aborts the request on SGLang, a question
 the corpus cannot answer gets "I do not know", and with API keys a 401 asks for the key once and
 a 429 says when to come back. Screenshots go to test-artifacts/page/; `PAGE_SCREENSHOTS=docs/page`
 refreshes the ones the docs show."""
@@ -130,6 +131,25 @@ def test_an_answer_streams_with_its_sources_citations_and_times(url: str, page: 
     page.keyboard.press("Escape")
     assert popover.is_hidden()
     _shot(page, "answer")
+
+
+def test_a_follow_up_continues_the_conversation(url: str, page: Page) -> None:
+    page.goto(url)
+    _ask(page, QUESTION)
+    page.wait_for_function("document.body.dataset.state === 'done'", timeout=30_000)
+    assert page.locator("#searched").is_hidden()  # a first question is searched as asked
+    with page.expect_request("**/v1/answer") as asked:
+        page.fill("#follow-up-question", "Who did they beat?")
+        page.click("#follow-up button[type=submit]")
+    history = asked.value.post_data_json["history"]
+    assert [turn["role"] for turn in history] == ["user", "assistant"]
+    assert history[0]["content"] == QUESTION
+    assert "Denver Broncos" in history[1]["content"]
+    page.wait_for_function("document.body.dataset.state === 'done'", timeout=30_000)
+    searched = page.locator("#searched").inner_text()
+    assert searched.startswith("Searched as: Who did they beat?")
+    assert "NFL" in searched  # the earlier question's rarest words
+    _shot(page, "follow-up")
 
 
 def test_stop_cancels_the_request_on_sglang(

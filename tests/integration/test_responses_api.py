@@ -226,8 +226,10 @@ def test_bad_requests_are_clear_4xx(url: str, client: openai.OpenAI) -> None:
             input=QUESTION,
             tools=[{"type": "function", "name": "f", "parameters": {}, "strict": True}],
         )
-    with pytest.raises(openai.UnprocessableEntityError, match="not stored"):
+    with pytest.raises(openai.NotFoundError, match="no response this key can continue"):
         client.responses.create(model="m", input=QUESTION, previous_response_id="resp_1")
+    with pytest.raises(openai.UnprocessableEntityError, match="`conversation` is not supported"):
+        client.responses.create(model="m", input=QUESTION, extra_body={"conversation": "c_1"})
     with pytest.raises(openai.UnprocessableEntityError, match="unknown tenant tier"):
         client.responses.create(model="m", input=QUESTION, extra_body={"tier": "gold"})
     with pytest.raises(openai.UnprocessableEntityError, match="input_text"):

@@ -3,7 +3,8 @@ under its slice in a span of its own, teaches the planner's model only of the pl
 and hands back the plan `budget/` makes of the result; through a pipeline of fakes, a request is
 admitted or turned to a quote, a stage's cut changes the plan, the prompt is re-planned, and a
 generated answer's stream up to its first token is a stage too. A stage added in one line (a
-query rewrite) is run, spanned and searched with like the others."""
+query rewrite) is run, spanned and searched with like the others; a follow-up is rewritten in a
+`rewrite` span ahead of the answer cache, and its plan names the query searched."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.events import AnswerRequest, DoneEvent, PipelineEvent, PlanEvent
 from answer_service.pipeline.planning import PlanningConfig, RequestPlanning
 from answer_service.pipeline.stage_runner import StageRunner
+from answer_service.runtime.caches import AnswerCache, SharedCache
 from budget import CacheEstimator, Deadline
 from budget.planner import StageName
 from budget.stage import StageCut, StageResult
 from retrieval.passage import ScoredPassage
+from retrieval.query_rewrite import Turn
 from retrieval.rerank.base import RerankRequest
 from tests.builders import make_index, make_pipeline
 from tests.fakes.scripted_generation import ScriptedGeneration, words
@@ -255,3 +258,25 @@ async def test_a_stage_added_in_one_line_is_run_spanned_and_searched_with(
     assert "green tea" in generation.prompts[0]
     assert isinstance(events[-1], DoneEvent)
     assert events[-1].stats.outcome == "ok"
+
+
+async def test_a_follow_up_is_rewritten_ahead_of_the_cache_and_searched_as_rewritten(
+    index_dir: Path,
+) -> None:
+    generation = ScriptedGeneration(words("Tea steeps."))
+    pipeline, exporter = make_pipeline(index_dir, workers=[generation])
+    pipeline.answer_cache = AnswerCache(SharedCache(None, "a", ttl_s=60, capacity=8), "fp")
+    history = (Turn("user", "How long is green tea steeped?"), Turn("assistant", "Two minutes."))
+    events = await _answer(pipeline, "And black?", history=history)
+    assert _spans(exporter)[:3] == ["answer", "rewrite", "cache"]
+    plan = next(e for e in events if isinstance(e, PlanEvent))
+    assert plan.searched_query.startswith("And black? ")
+    assert "green" in plan.searched_query
+    assert "tea" in plan.searched_query
+    assert plan.searched_query in generation.prompts[0]
+    # Without history nothing is rewritten: no span, the question searched as asked.
+    exporter.clear()
+    events = await _answer(pipeline, "How long is green tea steeped?")
+    assert "rewrite" not in _spans(exporter)
+    plan = next(e for e in events if isinstance(e, PlanEvent))
+    assert plan.searched_query == "How long is green tea steeped?"

@@ -241,8 +241,10 @@ def test_what_cannot_be_honoured_is_refused_by_name() -> None:
     tool = {"type": "function", "name": "f", "parameters": {}}
     with pytest.raises(ValidationError, match="`tools` is not supported"):
         ResponsesBody.model_validate({"input": "q", "tools": [tool]})
-    with pytest.raises(ValidationError, match="`previous_response_id` is not supported"):
-        ResponsesBody.model_validate({"input": "q", "previous_response_id": "resp_1"})
+    with pytest.raises(ValidationError, match="`conversation` is not supported"):
+        ResponsesBody.model_validate({"input": "q", "conversation": "conv_1"})
+    continued = ResponsesBody.model_validate({"input": "q", "previous_response_id": "resp_1"})
+    assert continued.previous_response_id == "resp_1"
     with pytest.raises(ValidationError, match="Extra inputs"):
         ResponsesBody.model_validate({"input": "q", "frobnicate": 1})
     with pytest.raises(ValidationError, match="input_text"):

@@ -1,8 +1,9 @@
 // The search page: one question at a time, answered by `POST /v1/answer` as it streams.
 //
-// The follow-up box asks a new, standalone question for now: the service keeps no conversation
-// yet (conversations, with `history` on /v1/answer, come with issue 42 item 1), so nothing of
-// the earlier answer is sent with it.
+// The question box starts a conversation; the follow-up box continues it: each follow-up is
+// sent with the turns before it (`history`: each question and the answer it got, the latest
+// ones), so "and how do I stop one?" is searched with what came before (the service's rewrite;
+// the plan's `searched_query`, shown under the answer when it differs from the question).
 //
 // document.body.dataset.state is the page's state (idle, asking, streaming, done, abstained,
 // stopped, refused, failed), for people's eyes (styles) and the browser tests.
@@ -21,12 +22,17 @@ const ui = {
   sources: $('sources'), timings: $('timings'), abstainNote: $('abstain-note'),
   followUp: $('follow-up'), followUpQuestion: $('follow-up-question'),
   keyForm: $('key-form'), key: $('key'), keyWhy: $('key-why'), keyChange: $('key-change'),
-  keyForget: $('key-forget'),
+  keyForget: $('key-forget'), searched: $('searched'),
 };
 
 let apiKey = storedKey();
 let running = null; // the AbortController of the request in flight
 let lastQuestion = '';
+let lastHistory = []; // the history the last question was sent with (asked again after a key)
+let conversation = []; // {role, content} turns, oldest first
+// What a conversation sends at most: the service takes 50 turns and 32 KiB.
+const KEPT_TURNS = 20;
+const TURN_CHARS = 1500;
 const view = new AnswerView($('answer'), $('popover'), (id) => fetchPassage(id, authHeaders(apiKey)));
 
 function setState(state, message = '') {
@@ -46,8 +52,9 @@ function showKeyForm(reason) {
   ui.key.focus();
 }
 
-function requestBody(query) {
+function requestBody(query, history) {
   const body = { query };
+  if (history.length) body.history = history;
   if (ui.mode.value) body.answer_mode = ui.mode.value;
   const budget = Number.parseInt(ui.budget.value, 10);
   if (Number.isFinite(budget) && budget > 0) body.ttft_budget_ms = budget;
@@ -71,11 +78,13 @@ function refused(error) {
   ui.status.dataset.status = String(error.status);
 }
 
-async function ask(query) {
+async function ask(query, history = []) {
   if (running) running.abort();
   const controller = new AbortController();
   running = controller;
   lastQuestion = query;
+  lastHistory = history;
+  ui.searched.hidden = true;
   view.reset();
   ui.result.hidden = true;
   ui.abstainNote.hidden = true;
@@ -87,10 +96,11 @@ async function ask(query) {
   let done = null;
   let failure = null;
   try {
-    for await (const { event, data } of answerEvents(requestBody(query), authHeaders(apiKey), controller.signal)) {
+    for await (const { event, data } of answerEvents(requestBody(query, history), authHeaders(apiKey), controller.signal)) {
       ui.result.hidden = false;
       if (event === 'plan') {
         plan = data;
+        showSearched(query, data.searched_query);
         renderTimings(ui.timings, plan, null);
       } else if (event === 'sources') {
         view.setSources(data.sources);
@@ -119,6 +129,16 @@ async function ask(query) {
     if (running === controller) running = null;
   }
   finish(done, failure);
+  if (done && !failure) {
+    const answer = view.text().slice(0, TURN_CHARS);
+    conversation = [...history, { role: 'user', content: query }, { role: 'assistant', content: answer }];
+    conversation = conversation.slice(-KEPT_TURNS);
+  }
+}
+
+function showSearched(query, searched) {
+  ui.searched.hidden = !searched || searched === query;
+  ui.searched.textContent = searched ? `Searched as: ${searched}` : '';
 }
 
 function finish(done, failure) {
@@ -140,7 +160,7 @@ function finish(done, failure) {
 ui.ask.addEventListener('submit', (event) => {
   event.preventDefault();
   const query = ui.question.value.trim();
-  if (query) ask(query);
+  if (query) ask(query); // a new conversation
 });
 
 ui.followUp.addEventListener('submit', (event) => {
@@ -149,7 +169,7 @@ ui.followUp.addEventListener('submit', (event) => {
   if (!query) return;
   ui.question.value = query;
   ui.followUpQuestion.value = '';
-  ask(query);
+  ask(query, conversation);
 });
 
 ui.stop.addEventListener('click', () => {
@@ -162,7 +182,7 @@ ui.keyForm.addEventListener('submit', (event) => {
   storeKey(apiKey);
   ui.keyForm.hidden = true;
   ui.keyChange.hidden = false;
-  if (lastQuestion) ask(lastQuestion);
+  if (lastQuestion) ask(lastQuestion, lastHistory);
 });
 
 ui.keyForget.addEventListener('click', () => {

@@ -1,0 +1,167 @@
+"""A follow-up question made standalone before it is searched, without a model.
+
+"What lock does it take?" after "Which command reclaims the space of dead rows?" is searched as
+the follow-up with the earlier user turns' salient words carried after it: the follow-up is
+kept as it was written, and each carried word is one the follow-up does not already hold,
+chosen by its weight, the index's inverse document frequency (IDF: a word few passages hold
+says more about what the conversation is about), times a decay per turn back (the last
+question counts most), times a boost for an entity (`pg_dump`, `VACUUM`, `work_mem`: a word
+with an underscore, a digit, a dot or in capitals). Assistant turns are read past: an answer's
+words are the sources', and carrying them drifts the search towards what was already found.
+
+Invariants: a question with no earlier user turn is returned unchanged; the rewrite only adds
+words after the follow-up, never drops or reorders its own; it is pure and takes microseconds
+(its cost is measured: docs/conversations.md), so it runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from budget import Deadline
+from budget.stage import StageResult
+
+Role = Literal["user", "assistant"]
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*[A-Za-z0-9_]|[A-Za-z]{2,}")
+# Words of a question that say how it is asked, not what it is about (the index's stopwords
+# are only the 33 commonest English words).
+_QUESTION_TEXT = (
+    "a about after again all also am an and any are as at be been before being but by can "
+    "could did do does doing done each else few find for from get gets give given go "
+    "going got had has have having he her here hers him his how i if in into is it its "
+    "itself just know let like make makes many may me might more most much must my need "
+    "needs no nor not now of off on once one ones only or other our out over own please "
+    "same say see set she should show so some such take takes tell than that the their "
+    "them then there these they this those to too try under until up us use used using "
+    "very want was way ways we were what when where whether which while who whom why will "
+    "with without would you your yours"
+)
+_QUESTION_WORDS = frozenset(_QUESTION_TEXT.split())
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One earlier message of a conversation."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """The question asked now and the turns before it, oldest first."""
+
+    query: str
+    history: tuple[Turn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteConfig:
+    # The most words carried from earlier turns.
+    max_terms: int = 6
+    # Each turn further back weighs this much less than the one after it.
+    decay: float = 0.5
+    # An entity's weight over a plain word's.
+    entity_boost: float = 1.5
+    # A word whose weight is under this share of the heaviest one's is not carried.
+    min_share: float = 0.25
+
+
+class TermWeights(Protocol):
+    """How much a word says about a passage: its IDF in the index (`BM25Index.idf`), None for
+    a stopword or a word no passage holds."""
+
+    def idf(self, word: str) -> float | None: ...
+
+
+class UniformWeights:
+    """Every word that is not a question word weighs the same: for an index without BM25."""
+
+    def idf(self, word: str) -> float | None:
+        return None if word.lower() in _QUESTION_WORDS else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    query: str
+    # The words carried from earlier turns, in the order they were appended.
+    carried: tuple[str, ...] = ()
+
+
+def _is_entity(word: str) -> bool:
+    return (
+        any(c in word for c in "_.")
+        or any(c.isdigit() for c in word)
+        or (word.isupper() and len(word) > 1)
+    )
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+class FollowUpRewriter:
+    def __init__(self, weights: TermWeights, config: RewriteConfig | None = None) -> None:
+        self._weights = weights
+        self._config = config or RewriteConfig()
+
+    def rewrite(self, conversation: Conversation) -> Rewrite:
+        asked = [t.content for t in conversation.history if t.role == "user"]
+        if not asked:
+            return Rewrite(conversation.query)
+        present = {w.lower() for w in _words(conversation.query)}
+        weight: dict[str, float] = {}
+        first_seen: dict[str, tuple[int, int]] = {}
+        surface: dict[str, str] = {}
+        config = self._config
+        for back, text in enumerate(reversed(asked)):
+            for position, word in enumerate(_words(text)):
+                key = word.lower()
+                if key in present or key in _QUESTION_WORDS:
+                    continue
+                idf = self._weights.idf(word)
+                if idf is None or idf <= 0.0:
+                    continue
+                score = (
+                    idf * config.decay**back * (config.entity_boost if _is_entity(word) else 1.0)
+                )
+                if score > weight.get(key, 0.0):
+                    weight[key] = score
+                    surface[key] = word
+                # The order words are appended in: oldest turn first, as they were written.
+                first_seen.setdefault(key, (-back, position))
+        if not weight:
+            return Rewrite(conversation.query)
+        heaviest = max(weight.values())
+        kept = sorted(
+            (k for k in weight if weight[k] >= heaviest * config.min_share),
+            key=lambda k: -weight[k],
+        )[: config.max_terms]
+        carried = tuple(surface[k] for k in sorted(kept, key=lambda k: first_seen[k]))
+        return Rewrite(f"{conversation.query.rstrip()} {' '.join(carried)}", carried)
+
+
+class RewriteStage:
+    """The `rewrite` stage: the query searched for a conversation's last question. Run ahead of
+    the answer cache, so a follow-up's cache key is the query it searched."""
+
+    name = "rewrite"
+
+    def __init__(self, rewriter: FollowUpRewriter) -> None:
+        self._rewriter = rewriter
+
+    async def run(self, request: Conversation, deadline: Deadline) -> StageResult[str]:
+        started_s = time.perf_counter()
+        rewrite = self._rewriter.rewrite(request)
+        return StageResult(
+            rewrite.query,
+            (time.perf_counter() - started_s) * 1000.0,
+            attributes={
+                "answer.rewrite.turns": len(request.history),
+                "answer.rewrite.carried_terms": len(rewrite.carried),
+            },
+        )
