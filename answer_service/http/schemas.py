@@ -11,9 +11,9 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
-    StringConstraints,
 )
 
+from answer_service.mcp.tool_values import SearchFilters
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import AnswerStats, ErrorEvent, PlanRecord, Source
 from budget.forms import AnswerMode
@@ -35,24 +35,11 @@ def _headings(heading_path: tuple[str, ...]) -> list[str] | None:
     return list(heading_path) or None
 
 
-Name = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=200)]
-
-
-class FiltersIn(BaseModel):
+class FiltersIn(SearchFilters):
     """Which passages retrieval may draw on; every condition given must hold (docs/collections.md).
-    With API keys, a key reads only its own collections: naming another is refused (403)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    collection: Name | Annotated[list[Name], Field(min_length=1, max_length=64)] | None = Field(
-        default=None, description="A collection, or a list of them: passages in any of them."
-    )
-    path_prefix: (
-        Annotated[str, StringConstraints(strict=True, min_length=1, max_length=1000)] | None
-    ) = Field(default=None, description="Passages of documents whose path starts with this.")
-    tags: Annotated[list[Name], Field(min_length=1, max_length=64)] | None = Field(
-        default=None, description="Passages of documents that carry every one of these tags."
-    )
+    With API keys, a key reads only its own collections: naming another is refused (403). The
+    same fields, limits and descriptions as the MCP tools' `filters` (one model, so the two
+    edges cannot drift apart)."""
 
     @property
     def collections(self) -> frozenset[str] | None:
