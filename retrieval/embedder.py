@@ -40,6 +40,17 @@ class Embedder(Protocol):
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors: ...
 
+    def encode_with_spans(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        *,
+        batch_size: int = 32,
+    ) -> tuple[Vectors, list[Vectors]]:
+        """Each text's vector (as `encode` gives it) and, for each text, one unit vector per
+        character span `(start, end)` of it."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class EmbedderConfig:
@@ -198,3 +209,61 @@ class SentenceTransformerEmbedder:
                 processing_kwargs=self._processing(),
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_with_spans(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        *,
+        batch_size: int = 32,
+    ) -> tuple[Vectors, list[Vectors]]:
+        """Each text's vector and, from the same forward pass, each span's: the mean of the
+        token states the span covers, in its text's context ("late chunking", Günther et al.,
+        2024), so a passage's sentences cost no second pass through the model. A span with no
+        token inside the model's window (past `max_seq_length`) is encoded on its own."""
+        import torch
+
+        model = self._loaded()
+        texts = list(texts)
+        with self._lock:
+            outputs = model.encode(
+                texts,
+                batch_size=batch_size,
+                output_value=None,
+                show_progress_bar=False,
+                processing_kwargs=self._processing(),
+            )
+            encoded = model.tokenizer(
+                texts,
+                truncation=True,
+                max_length=model.max_seq_length,
+                return_offsets_mapping=True,
+                verbose=False,
+            )
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        pooled: list[Vectors] = []
+        alone: list[tuple[int, int, str]] = []  # (text, span, the span's text)
+        for number, (output, text_spans) in enumerate(zip(outputs, spans, strict=True)):
+            vectors[number] = output["sentence_embedding"].float().numpy()
+            ids = encoded["input_ids"][number]
+            states = output["token_embeddings"][: len(ids)].float()
+            if output["input_ids"][: len(ids)].tolist() != ids:
+                # Not the tokens the offsets describe (the model read another text): pool none.
+                states, ids = states[:0], []
+            offsets = torch.tensor(encoded["offset_mapping"][number][: len(ids)]).reshape(-1, 2)
+            rows = np.zeros((len(text_spans), self.dimension), dtype=np.float32)
+            for row, (start, end) in enumerate(text_spans):
+                inside = (offsets[:, 0] < end) & (offsets[:, 1] > start)
+                if bool(inside.any()):
+                    rows[row] = states[inside].mean(dim=0).numpy()
+                else:
+                    alone.append((number, row, texts[number][start:end]))
+            pooled.append(rows)
+        if alone:
+            own = self.encode([text for _, _, text in alone], batch_size=batch_size)
+            for (number, row, _), vector in zip(alone, own, strict=True):
+                pooled[number][row] = vector
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        for rows in pooled:
+            rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return vectors, pooled

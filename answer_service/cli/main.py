@@ -60,8 +60,7 @@ def _index_build(args: argparse.Namespace) -> int:
     manifest = report.manifest
     verb = "kept (already current)" if report.reused else f"built in {report.seconds:.1f} s"
     print(f"index {args.out}: {manifest.passage_count} passages, {manifest.dimension}-d, {verb}")
-    _print_skipped(report.skipped)
-    return 2 if report.skipped else 0
+    return _print_skipped(report.skipped)
 
 
 def _index_sync(args: argparse.Namespace) -> int:
@@ -95,15 +94,22 @@ def _index_sync(args: argparse.Namespace) -> int:
         f"{report.removed} removed, {report.unchanged} unchanged; {revision.passages} passages "
         f"({revision.embedded_passages} embedded); {outcome}"
     )
-    _print_skipped(report.skipped)
-    return 2 if report.skipped else 0
+    return _print_skipped(report.skipped)
 
 
-def _print_skipped(skipped: Sequence[SkippedFile]) -> None:
-    if skipped:
-        print(f"{len(skipped)} file(s) skipped:", file=sys.stderr)
-    for file in skipped:
+def _print_skipped(skipped: Sequence[SkippedFile]) -> int:
+    """List the files skipped with their reason; the exit code: 2 when a file could not be
+    read, 0 when only navigation pages (tables of contents) were left out."""
+    pages = [file for file in skipped if file.navigation_only]
+    faults = [file for file in skipped if not file.navigation_only]
+    if pages:
+        print(f"{len(pages)} navigation page(s) not indexed (only a table of contents):")
+        print("  " + ", ".join(file.path for file in pages[:5]) + (", ..." if pages[5:] else ""))
+    if faults:
+        print(f"{len(faults)} file(s) skipped:", file=sys.stderr)
+    for file in faults:
         print(f"  {file.path}: {file.reason}", file=sys.stderr)
+    return 2 if faults else 0
 
 
 def _serve(args: argparse.Namespace) -> int:

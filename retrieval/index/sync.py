@@ -93,7 +93,8 @@ def sync_index(
             found[document.doc_id] = Incoming(document, record)
         roots = [_shown_root(path) for path in paths]
         # A file that could not be read this time keeps what an earlier sync made of it.
-        unreadable = {file.path for file in source.skipped}
+        # A navigation page was read: what an earlier version of it made goes.
+        unreadable = {file.path for file in source.skipped if not file.navigation_only}
         keep: list[DocumentRecord] = []
         unchanged = changed = removed = 0
         for record in base.records:

@@ -89,6 +89,11 @@ class FileSource:
         except OSError as exc:
             self._skip(file, f"cannot read it: {exc.strerror or exc}")
             return
+        if not parsed.has_text and parsed.navigation:
+            logger.info("navigation page not indexed path=%s", file.shown)
+            reason = "only navigation (a table of contents), nothing to index"
+            self._skipped.append(SkippedFile(file.shown, reason, navigation_only=True))
+            return
         if not parsed.has_text:
             self._skip(file, "no text in it")
             return

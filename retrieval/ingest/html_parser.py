@@ -119,24 +119,30 @@ class HtmlParser:
         root = tree.css_first("main") or tree.css_first("[role=main]") or tree.body
         if root is None:
             raise UnreadableFileError("no <body> in the page")
-        _drop_chrome(root)
+        navigation = _drop_chrome(root)
         sections = _Sections(title or name)
         _walk(root, sections)
         sections.close()
         canonical = tree.css_first('link[rel="canonical"]')
         url = canonical.attributes.get("href") if canonical is not None else None
-        return ParsedFile(title or name, tuple(sections.done), url or None)
+        return ParsedFile(title or name, tuple(sections.done), url or None, navigation=navigation)
 
 
-def _drop_chrome(root: LexborNode) -> None:
+def _drop_chrome(root: LexborNode) -> bool:
+    """Drop what is not the page's own text; True when navigation with text was among it."""
+    navigation = False
     for node in root.css(_DROPPED):
+        navigation |= node.tag == "nav" and bool(node.text(strip=True))
         node.decompose()
     for role in _DROPPED_ROLES:
         for node in root.css(f'[role="{role}"]'):
+            navigation |= role == "navigation" and bool(node.text(strip=True))
             node.decompose()
     for name in _DROPPED_CLASSES:
         for node in root.css(f".{name}"):
+            navigation |= name != "headerlink" and bool(node.text(strip=True))
             node.decompose()
+    return navigation
 
 
 def _walk(node: LexborNode, sections: _Sections) -> None:

@@ -28,6 +28,9 @@ class ParsedFile:
     url: str | None = None
     tags: tuple[str, ...] | None = None
     modified: str | None = None
+    # The parser dropped navigation with text in it (an HTML page's table of contents, its
+    # navigation bars): a page with no other text is a navigation page, not an empty one.
+    navigation: bool = False
 
     @property
     def has_text(self) -> bool:

@@ -34,8 +34,13 @@ class SourceFile:
 
 @dataclass(frozen=True, slots=True)
 class SkippedFile:
+    """A path given, or a file found, that made no document. `navigation_only`: a page read
+    fine whose text is all navigation (a manual's table of contents), which is not a fault: a
+    build that meets only these exits 0, and a sync removes what an earlier version made."""
+
     path: str
     reason: str
+    navigation_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

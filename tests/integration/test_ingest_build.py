@@ -54,7 +54,24 @@ def test_a_folder_is_indexed_by_section_and_skips_are_listed(
     assert index.passage(row) == tuning
 
 
-def test_exit_codes_when_all_or_nothing_is_indexed(tmp_path: Path) -> None:
+def test_exit_codes_when_all_or_nothing_is_indexed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = ["--out", str(tmp_path / "i"), "--device", "cpu"]
     assert main(["index", "build", str(FIXTURES / "notes.md"), *base]) == 0
     assert main(["index", "build", str(FIXTURES / "bad"), *base]) == 1
+    # A manual's table-of-contents page is left out, and is no fault: exit 0, and it is named.
+    folder = tmp_path / "manual"
+    folder.mkdir()
+    (folder / "notes.md").write_bytes((FIXTURES / "notes.md").read_bytes())
+    (folder / "btree.html").write_text(
+        "<html><head><title>Chapter 67. B-Tree Indexes</title></head><body><h2>Chapter 67</h2>"
+        '<div class="toc"><dl><dt>67.1. Introduction</dt></dl></div></body></html>'
+    )
+    capsys.readouterr()
+    assert (
+        main(["index", "build", str(folder), "--out", str(tmp_path / "m"), "--device", "cpu"]) == 0
+    )
+    shown = capsys.readouterr()
+    assert "1 navigation page(s) not indexed" in shown.out
+    assert "manual/btree.html" in shown.out and "skipped" not in shown.err

@@ -71,6 +71,22 @@ def test_html_docbook_blocks_are_paragraphs_and_admonitions_open_no_section() ->
     ]
 
 
+_TOC_PAGE = b"""<html><head><title>Chapter 67. B-Tree Indexes</title></head><body>
+<div class="navheader">Prev Up Next</div>
+<div class="chapter" id="BTREE"><div class="titlepage"><h2>Chapter 67. B-Tree Indexes</h2></div>
+<div class="toc"><dl class="toc"><dt>67.1. Introduction</dt><dt>67.2. Behavior</dt></dl></div>
+</div></body></html>"""
+
+
+def test_a_page_of_only_navigation_is_told_from_an_empty_one() -> None:
+    toc = HtmlParser().parse(_TOC_PAGE, "btree.html")
+    assert (toc.has_text, toc.navigation) == (False, True)
+    empty = HtmlParser().parse(b"<html><body><h1>Nothing yet</h1></body></html>", "x.html")
+    assert (empty.has_text, empty.navigation) == (False, False)
+    page = HtmlParser().parse(_DOCBOOK_PAGE, "x")
+    assert (page.has_text, page.navigation) == (True, True)
+
+
 def test_markdown_front_matter_nested_headings_and_plain_text() -> None:
     page = MarkdownParser().parse((FIXTURES / "notes.md").read_bytes(), "notes.md")
     assert (page.title, page.url) == (
