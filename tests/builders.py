@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,7 +22,7 @@ from answer_service.pipeline.retrieval_steps import RetrievalConfig
 from budget.forms import AnswerMode
 from budget.stage import Stage
 from generation.client import GenerationClient
-from retrieval.embedder import Embedder
+from retrieval.embedder import Embedder, Vectors
 from retrieval.index.builder import build_index
 from retrieval.passage import Passage
 from retrieval.retriever import Retriever
@@ -29,7 +30,7 @@ from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import read_quote_config
 from retrieval.sentences.scorer import Candidate, ScoredSentence
 from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
-from retrieval.sentences.store import SentenceRef
+from retrieval.sentences.store import EmbeddedPassages, SentenceRef
 from tests.fakes.hash_embedder import HashEmbedder
 from tests.fakes.scripted_generation import ScriptedGeneration, words
 from tests.fakes.word_template import WordTemplate
@@ -116,3 +117,10 @@ def scored_page(text: str, probabilities: dict[str, float]) -> list[ScoredSenten
         score = math.log(probability / (1 - probability))
         out.append(ScoredSentence(Candidate(ref, passage, 0, term), probability, score=score))
     return sorted(out, key=lambda s: -s.probability)
+
+
+def without_sentence_vectors(passages: Sequence[Passage], vectors: Vectors) -> EmbeddedPassages:
+    """Synthetic passages' vectors as the index writer takes them, their sentences' zero."""
+    counts = tuple(len(split_sentences(passage.text)) for passage in passages)
+    sentences = np.zeros((sum(counts), vectors.shape[1]), dtype=np.float16)
+    return EmbeddedPassages(vectors, sentences, counts)

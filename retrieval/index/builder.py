@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retrieval.corpus import Document
-from retrieval.embedder import Embedder, passage_embedding_text
+from retrieval.embedder import Embedder
 from retrieval.errors import RetrievalError
 from retrieval.index.ann import AnnConfig
 from retrieval.index.documents import DocumentRecord, document_ingest, file_hash
@@ -24,6 +24,7 @@ from retrieval.ingest.scan import SkippedFile
 from retrieval.ingest.source import DocumentSource, open_source
 from retrieval.passage import ChunkingConfig, Passage, split_document
 from retrieval.progress import Progress
+from retrieval.sentences.store import embed_passages
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +150,7 @@ def _embed_corpus(
     checkpointed = writer.count
     with shown:
         for batch in _batches(passages(), batch_size):
-            texts = [passage_embedding_text(passage) for passage in batch]
-            writer.add(batch, embedder.encode(texts, batch_size=batch_size))
+            writer.add(batch, embed_passages(batch, embedder, batch_size=batch_size))
             shown.advance(0, passages=writer.count)
             if writer.count - checkpointed >= CHECKPOINT_PASSAGES:
                 checkpointed = _checkpoint(writer, split, checkpointed)
@@ -240,7 +240,7 @@ def _build(
             hnsw_m=ann.hnsw_m if kind == "hnsw" else None,
             lexical_index="bm25" if lexical else None,
         )
-        writer.commit(manifest, ann, embedder, records, progress=progress)
+        writer.commit(manifest, ann, records, progress=progress)
     except BaseException:
         writer.close()
         raise

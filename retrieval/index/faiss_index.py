@@ -28,7 +28,8 @@ from retrieval.passage import Passage, ScoredPassage
 logger = logging.getLogger(__name__)
 
 # 3: the passages' sentences and their vectors are stored with the index (sentences/).
-FORMAT_VERSION = 3
+# 4: a sentence's vector is pooled from its passage's pass (retrieval/sentences/store.py).
+FORMAT_VERSION = 4
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 PASSAGES_FILE = "passages.jsonl"
@@ -276,8 +277,8 @@ def check_manifest(
     if manifest.format_version < FORMAT_VERSION:
         problems.append(
             f"format version {manifest.format_version} is older than this service's "
-            f"{FORMAT_VERSION} (it lacks the sentences and their vectors that quoted answers "
-            "need)"
+            f"{FORMAT_VERSION}: rebuild it (`answer-service index build --force`; its sentences "
+            "and their vectors are not what this service's quotes are scored on)"
         )
     elif manifest.format_version > FORMAT_VERSION:
         problems.append(

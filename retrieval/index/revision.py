@@ -45,7 +45,7 @@ from retrieval.index.faiss_index import (
 from retrieval.index.generations import GENERATIONS_DIR, publish, served_generation
 from retrieval.passage import ChunkingConfig, Passage, split_document
 from retrieval.progress import Progress
-from retrieval.sentences.store import SentenceStore
+from retrieval.sentences.store import EmbeddedPassages, SentenceStore, embed_passages
 from retrieval.sentences.terms import Idf
 
 logger = logging.getLogger(__name__)
@@ -134,13 +134,13 @@ def revise(
         fresh, fresh_records = _split(incoming, embedder, base.chunking, len(_rows(keep)))
         if not _rows(keep).size and not fresh:
             raise RetrievalError("this change would leave the index without a passage")
-        fresh_vectors = _embed(fresh, embedder, batch_size, progress)
+        embedded = _embed(fresh, embedder, batch_size, progress)
         kept_rows = _rows(keep)
         passages = [base.passages[row] for row in kept_rows] + fresh
-        vectors = np.vstack([base.vectors[kept_rows], fresh_vectors])
+        vectors = np.vstack([base.vectors[kept_rows], embedded.vectors])
         records = _renumbered(keep) + fresh_records
         manifest = _write(staging, base, passages, vectors, records, ann or AnnConfig(), progress)
-        _sentences(base.sentences, kept_rows, fresh, passages, embedder, progress).save(staging)
+        _sentences(base.sentences, kept_rows, fresh, embedded, passages).save(staging)
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
         generation = publish(index_dir, staging)
     except BaseException:
@@ -210,15 +210,20 @@ def _split(
 
 def _embed(
     passages: Sequence[Passage], embedder: Embedder, batch_size: int, progress: bool
-) -> npt.NDArray[np.float32]:
-    vectors = np.zeros((len(passages), embedder.dimension), dtype=np.float32)
+) -> EmbeddedPassages:
+    """The fresh passages' vectors and their sentences', batch by batch."""
+    parts: list[EmbeddedPassages] = []
     with Progress("passages embedded", len(passages), "passages", enabled=progress) as shown:
         for at in range(0, len(passages), batch_size):
             batch = passages[at : at + batch_size]
-            texts = [passage_embedding_text(p) for p in batch]
-            vectors[at : at + len(batch)] = embedder.encode(texts, batch_size=batch_size)
+            parts.append(embed_passages(batch, embedder, batch_size=batch_size))
             shown.advance(len(batch))
-    return vectors
+    dimension = embedder.dimension
+    return EmbeddedPassages(
+        np.vstack([np.zeros((0, dimension), np.float32), *(p.vectors for p in parts)]),
+        np.vstack([np.zeros((0, dimension), np.float16), *(p.sentence_vectors for p in parts)]),
+        tuple(count for part in parts for count in part.sentence_counts),
+    )
 
 
 def _write(
@@ -275,12 +280,11 @@ def _sentences(
     old: SentenceStore,
     kept_rows: npt.NDArray[np.int64],
     fresh: Sequence[Passage],
+    embedded: EmbeddedPassages,
     passages: Sequence[Passage],
-    embedder: Embedder,
-    progress: bool,
 ) -> SentenceStore:
-    """The kept rows' sentences copied (vectors included), the fresh passages' split and
-    embedded, and the term frequencies counted again over all passages."""
+    """The kept rows' sentences copied (vectors included), the fresh passages' split with the
+    vectors their pass gave, and the term frequencies counted again over all passages."""
     counts = old.offsets[kept_rows + 1] - old.offsets[kept_rows]
     starts = np.repeat(old.offsets[kept_rows] - np.cumsum(counts) + counts, counts)
     take = starts + np.arange(int(counts.sum()), dtype=np.int64)
@@ -289,7 +293,7 @@ def _sentences(
     vectors = np.asarray(old.vectors[take], dtype=np.float16)
     offsets = [np.zeros(1, dtype=np.int64), np.cumsum(counts, dtype=np.int64)]
     if fresh:
-        new = SentenceStore.build(fresh, embedder, progress=progress)
+        new = SentenceStore.build(fresh, embedded.sentence_vectors)
         new_spans = new.spans.copy()
         new_spans[:, 0] += len(kept_rows)
         spans = np.vstack([spans, new_spans])

@@ -2,11 +2,14 @@
 
 Layout (`<index dir>/sentences/`): `spans.npy` (int32, one row per sentence: passage row, start
 and end in the passage's text, its place in the passage, flags), `offsets.npy` (int64: the
-sentences of passage row r are `offsets[r]:offsets[r + 1]`), `vectors.npy` (float16, the
-embedder's unit vector of each sentence's text; zero for code blocks and headings, which are
-never quoted) and `terms.json` (document frequencies of the passages' content terms, for IDF
-weights). A sentence in the overlap of two windows is stored with each; its text is embedded
-once.
+sentences of passage row r are `offsets[r]:offsets[r + 1]`), `vectors.npy` (float16, a unit
+vector per sentence; zero for code blocks and headings, which are never quoted) and
+`terms.json` (document frequencies of the passages' content terms, for IDF weights).
+
+A sentence's vector comes from its passage's own pass through the embedder (`embed_passages`):
+the mean of the token states the sentence covers, read in the passage's context ("late
+chunking"), so sentences cost no second pass. A sentence in the overlap of two windows is
+stored with each, with each window's vector.
 
 A window that starts or ends inside a sentence holds a fragment of it; the flags say so, and
 say which spans are code blocks or list items (retrieval/sentences/splitter.py).
@@ -22,10 +25,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from retrieval.embedder import Embedder
+from retrieval.embedder import Embedder, Vectors, passage_embedding_text
 from retrieval.errors import IndexMismatchError
 from retrieval.passage import Passage
-from retrieval.progress import Progress
 from retrieval.sentences.splitter import SpanKind, split_sentences
 from retrieval.sentences.terms import Idf
 
@@ -80,19 +82,11 @@ class SentenceStore:
         return SentenceRef(sentence_id, row, start, end, position, bool(flags & WHOLE), kind)
 
     @classmethod
-    def build(
-        cls,
-        passages: Sequence[Passage],
-        embedder: Embedder,
-        *,
-        batch_size: int = 128,
-        progress: bool = False,
-    ) -> SentenceStore:
-        """Split every passage, embed each distinct sentence text once. Blocking."""
+    def build(cls, passages: Sequence[Passage], vectors: npt.NDArray[np.float16]) -> SentenceStore:
+        """Split every passage; `vectors`: one row per sentence, in order, as
+        `embed_passages` gave them with the passages' own vectors."""
         spans: list[tuple[int, int, int, int, int]] = []
         offsets = [0]
-        texts: dict[str, int] = {}
-        text_of: list[int] = []
         for row, passage in enumerate(passages):
             first_window = row == 0 or section_break(passages[row - 1], passage)
             last_window = row + 1 == len(passages) or section_break(passage, passages[row + 1])
@@ -100,31 +94,15 @@ class SentenceStore:
                 _spans(passage, first_window, last_window)
             ):
                 spans.append((row, start, end, position, flags))
-                text = passage.text[start:end]
-                # Code blocks and headings are never quoted: no vector (a zero one), which keeps
-                # a manual's build time near its passages' own.
-                embedded = not flags & CODE and len(text.split()) >= _MIN_EMBEDDED_WORDS
-                text_of.append(texts.setdefault(text, len(texts)) if embedded else -1)
             offsets.append(len(spans))
-        distinct = sorted(texts, key=texts.__getitem__)
-        # Sorted by length, batches pad little.
-        order = sorted(range(len(distinct)), key=lambda i: len(distinct[i]))
-        dimension = embedder.dimension
-        encoded = np.zeros((len(distinct), dimension), dtype=np.float16)
-        shown = Progress("sentence vectors", len(order), "sentences", enabled=progress)
-        with shown:
-            for at in range(0, len(order), batch_size):
-                chunk = order[at : at + batch_size]
-                batch = embedder.encode([distinct[i] for i in chunk], batch_size=batch_size)
-                encoded[chunk] = batch.astype(np.float16)
-                shown.advance(len(chunk))
-        rows_of = np.asarray(text_of, dtype=np.int64)
-        vectors = np.zeros((len(text_of), dimension), dtype=np.float16)
-        vectors[rows_of >= 0] = encoded[rows_of[rows_of >= 0]]
+        if vectors.shape[0] != len(spans):
+            raise IndexMismatchError(
+                f"{vectors.shape[0]} sentence vectors for the passages' {len(spans)} sentences"
+            )
         return cls(
             np.asarray(spans, dtype=np.int32).reshape(-1, 5),
             np.asarray(offsets, dtype=np.int64),
-            vectors,
+            np.asarray(vectors, dtype=np.float16),
             Idf.count(f"{p.title}\n{p.text}" for p in passages),
         )
 
@@ -156,6 +134,52 @@ class SentenceStore:
                 f"{store.vectors.shape[1]}, the index has {passage_count} of {dimension}"
             )
         return store
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedPassages:
+    """Passages' vectors and their sentences': `sentence_counts[i]` rows of
+    `sentence_vectors`, in order, are passage i's, as `SentenceStore.build` lays them out."""
+
+    vectors: Vectors
+    sentence_vectors: npt.NDArray[np.float16]
+    sentence_counts: tuple[int, ...]
+
+
+def embed_passages(
+    passages: Sequence[Passage], embedder: Embedder, *, batch_size: int = 64
+) -> EmbeddedPassages:
+    """The passages' vectors and, from the same pass, their sentences'. Code blocks, headings
+    and other units under 3 words are never quoted: their row is zero. Blocking."""
+    texts: list[str] = []
+    counts: list[int] = []
+    wanted: list[list[tuple[int, int]]] = []
+    rows: list[int] = []  # for each sentence, its row among the wanted ones, or -1
+    count = 0
+    for passage in passages:
+        text = passage_embedding_text(passage)
+        # The passage's text ends what is embedded (after its heading path).
+        shift = len(text) - len(passage.text)
+        spans: list[tuple[int, int]] = []
+        found = split_sentences(passage.text)
+        counts.append(len(found))
+        for span in found:
+            words = passage.text[span.start : span.end].split()
+            if span.kind == "code" or len(words) < _MIN_EMBEDDED_WORDS:
+                rows.append(-1)
+                continue
+            rows.append(count)
+            count += 1
+            spans.append((span.start + shift, span.end + shift))
+        texts.append(text)
+        wanted.append(spans)
+    vectors, pooled = embedder.encode_with_spans(texts, wanted, batch_size=batch_size)
+    blocks = [block for block in pooled if block.shape[0]]
+    every = np.vstack(blocks) if blocks else np.zeros((0, vectors.shape[1]), dtype=np.float32)
+    index = np.asarray(rows, dtype=np.int64)
+    sentences = np.zeros((len(rows), vectors.shape[1]), dtype=np.float16)
+    sentences[index >= 0] = every[index[index >= 0]].astype(np.float16)
+    return EmbeddedPassages(vectors, sentences, tuple(counts))
 
 
 def section_break(before: Passage, after: Passage) -> bool:

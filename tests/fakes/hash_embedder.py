@@ -33,6 +33,23 @@ class HashEmbedder:
         return [match.span() for match in re.finditer(r"\w+|[^\w\s]", text)]
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
+        return self._bags(texts)
+
+    def encode_with_spans(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        *,
+        batch_size: int = 32,
+    ) -> tuple[Vectors, list[Vectors]]:
+        # A bag of words has no context: a span's vector is its own text's.
+        pooled = [
+            self._bags([text[start:end] for start, end in found])
+            for text, found in zip(texts, spans, strict=True)
+        ]
+        return self.encode(texts, batch_size=batch_size), pooled
+
+    def _bags(self, texts: Sequence[str]) -> Vectors:
         vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in re.findall(r"\w+", text.lower()):

@@ -12,7 +12,7 @@ from retrieval.index.ann import AnnConfig, SearchDepth
 from retrieval.index.faiss_index import FaissIndex, IndexManifest
 from retrieval.index.writer import IndexWriter
 from retrieval.passage import Passage
-from tests.fakes.hash_embedder import HashEmbedder
+from tests.builders import without_sentence_vectors
 
 DIMENSION = 32
 COUNT = 4_000
@@ -32,7 +32,8 @@ def _build(tmp_path: Path, kind: str, **ann: object) -> FaissIndex:
     writer = IndexWriter(tmp_path / kind, DIMENSION, key=kind)
     passages = [Passage(f"d{i}#0", f"d{i}", 0, "", f"text {i}", 0, 6) for i in range(COUNT)]
     for start in range(0, COUNT, 500):
-        writer.add(passages[start : start + 500], vectors[start : start + 500])
+        batch = passages[start : start + 500]
+        writer.add(batch, without_sentence_vectors(batch, vectors[start : start + 500]))
     resolved = config.resolve(COUNT)
     manifest = IndexManifest(
         embedder="synthetic",
@@ -45,7 +46,7 @@ def _build(tmp_path: Path, kind: str, **ann: object) -> FaissIndex:
         index_type=resolved,
         nlist=config.lists_for(COUNT) if resolved == "ivf" else None,
     )
-    writer.commit(manifest, config, HashEmbedder(DIMENSION, name="synthetic"))
+    writer.commit(manifest, config)
     return FaissIndex.load(tmp_path / kind, embedder="synthetic", dimension=DIMENSION)
 
 

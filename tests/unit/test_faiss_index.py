@@ -4,6 +4,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from retrieval.corpus import corpus_checksum
@@ -17,6 +18,7 @@ from retrieval.errors import (
 from retrieval.index import builder as indexer
 from retrieval.index.builder import build_index
 from retrieval.index.faiss_index import FaissIndex, read_manifest
+from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import ChunkingConfig
 from tests.fakes.hash_embedder import HashEmbedder
 
@@ -174,6 +176,12 @@ def test_an_interrupted_build_resumes_where_it_stopped(
     assert read.search(query, 5) == reference.search(query, 5)
     assert clean.manifest == report.manifest
     assert not (tmp_path / ".idx.building").exists()
+    # The sentences' vectors, written beside the passages', resume with them.
+    ours = LoadedIndex.open(tmp_path / "idx", embedder="test/hash-embedder", dimension=64)
+    theirs = LoadedIndex.open(tmp_path / "clean", embedder="test/hash-embedder", dimension=64)
+    assert np.array_equal(ours.sentences.spans, theirs.sentences.spans)
+    assert np.array_equal(np.asarray(ours.sentences.vectors), theirs.sentences.vectors)
+    assert np.count_nonzero(np.abs(np.asarray(ours.sentences.vectors)).sum(axis=1)) == total
 
 
 def test_a_changed_corpus_does_not_resume_a_stale_build(tmp_path: Path) -> None:

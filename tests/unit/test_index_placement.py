@@ -16,8 +16,8 @@ from retrieval.index.placement import IndexPlacement, parse_gpu, place_index, ve
 from retrieval.index.vector_search import FaissSearch, SerialSearch
 from retrieval.index.writer import IndexWriter
 from retrieval.passage import Passage
+from tests.builders import without_sentence_vectors
 from tests.fakes.fake_gpus import FakeGpus
-from tests.fakes.hash_embedder import HashEmbedder
 
 DIMENSION = 16
 COUNT = 2_000
@@ -102,7 +102,7 @@ def _write(tmp_path: Path) -> Path:
     vectors = _vectors(COUNT, seed=1)
     passages = [Passage(f"d{i}#0", f"d{i}", 0, "", f"text {i}", 0, 2) for i in range(COUNT)]
     writer = IndexWriter(tmp_path / "idx", DIMENSION, key="flat")
-    writer.add(passages, vectors)
+    writer.add(passages, without_sentence_vectors(passages, vectors))
     manifest = IndexManifest(
         embedder="synthetic",
         dimension=DIMENSION,
@@ -112,7 +112,7 @@ def _write(tmp_path: Path) -> Path:
         passage_tokens=1,
         overlap_tokens=0,
     )
-    writer.commit(manifest, AnnConfig(kind="flat"), HashEmbedder(DIMENSION, name="synthetic"))
+    writer.commit(manifest, AnnConfig(kind="flat"))
     return tmp_path / "idx"
 
 

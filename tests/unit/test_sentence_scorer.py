@@ -5,6 +5,7 @@ the answering sentence first for a plain question, and the shipped weights reada
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from retrieval.sentences.scorer import (
     candidates,
     feature_matrix,
 )
-from retrieval.sentences.store import SentenceStore
+from retrieval.sentences.store import SentenceStore, embed_passages
 from tests.builders import make_index
 from tests.fakes.hash_embedder import HashEmbedder
 
@@ -29,6 +30,11 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> LoadedIndex:
     directory = make_index(tmp_path_factory.mktemp("scorer"))
     embedder = HashEmbedder()
     return LoadedIndex.open(directory, embedder=embedder.name, dimension=embedder.dimension)
+
+
+def _store(passages: Sequence[Passage]) -> SentenceStore:
+    """The passages' sentences with the vectors their own pass gives them."""
+    return SentenceStore.build(passages, embed_passages(passages, HashEmbedder()).sentence_vectors)
 
 
 def _rows(index: LoadedIndex) -> list[tuple[int, object]]:
@@ -103,7 +109,7 @@ def test_local_coverage_weighs_the_term_few_candidates_hold(
 def _page(text: str) -> tuple[SentenceStore, list[Candidate]]:
     """One page of a manual as one passage, indexed with the test embedder, and its units."""
     passage = Passage("page#0", "page", 0, "Page", text, 0, len(text))
-    store = SentenceStore.build([passage], HashEmbedder())
+    store = _store([passage])
     return store, candidates(store, [(0, passage)])
 
 
@@ -173,7 +179,7 @@ def test_a_window_that_starts_inside_a_term_line_reads_its_start_in_the_window_b
     first = Passage("funcs#0", "funcs", 0, "Functions", page[: cut + 10], 0, cut + 10)
     second = Passage("funcs#1", "funcs", 1, "Functions", page[cut:], cut, len(page))
     other = Passage("other#3", "other", 3, "Other", page[: cut + 10], 0, cut + 10)
-    store = SentenceStore.build([first, second], HashEmbedder())
+    store = _store([first, second])
     said = "Terminates the session whose backend process has the specified process ID."
 
     def term(passage_at: object) -> str:
@@ -210,7 +216,7 @@ def test_a_sentence_a_window_cuts_is_read_whole_from_the_windows_around_it() -> 
             (text.index("eruptions"), len(text)),
         ],
     )
-    store = SentenceStore.build(windows, HashEmbedder())
+    store = _store(windows)
     rows = list(enumerate(windows))
     cut = candidates(store, rows)
     assert [c.ref.whole for c in cut] == [True, False, False, False, False]
@@ -236,7 +242,7 @@ def test_a_sections_first_window_starts_whole_and_its_term_defines_the_paragraph
         Passage("p#0", "p", 0, "initdb", one, 0, len(one), ("initdb", "Synopsis"), anchor="s"),
         Passage("p#1", "p", 1, "initdb", two, start, len(text), ("initdb", "Description")),
     ]
-    store = SentenceStore.build(windows, HashEmbedder())
+    store = _store(windows)
     found = candidates(store, [(1, windows[1])], windows.__getitem__)
     assert found[0].text == "initdb creates a new PostgreSQL database cluster."
     assert found[0].ref.whole
@@ -253,7 +259,7 @@ def test_a_sentence_cut_where_the_window_around_does_not_hold_it_stays_a_fragmen
     # The second window is not the first's neighbour in the index (another document's row
     # lies between them), so the first window's last sentence stays cut.
     other = Passage("other#0", "other", 0, "Other", "Something else entirely.", 0, 24)
-    store = SentenceStore.build([windows[0], other, windows[1]], HashEmbedder())
+    store = _store([windows[0], other, windows[1]])
     read = candidates(store, [(0, windows[0])], [windows[0], other, windows[1]].__getitem__)
     assert [c.ref.whole for c in read] == [True, False]
     assert read[1].text == "It is one of"
