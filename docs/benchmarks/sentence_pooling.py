@@ -1,0 +1,208 @@
+"""Sentence vectors pooled from the passage pass against sentences embedded on their own, side
+by side in one run: the build's model time, and the quotes both ways over the same passages.
+
+    python docs/benchmarks/sentence_pooling.py --work /tmp/pooling \
+        --out docs/benchmarks/sentence-pooling.json [--squad-sample 300]
+
+Two development sets, never an evaluation part: the manual's development questions
+(eval/questions/postgresql-15.jsonl) over the same 92 pages as `manual_formats.py` (every gold
+page and every 20th page, from the HTML folder the demo indexes), and a seeded sample of SQuAD's
+planner-training part (eval/splits/squad.json) over its three articles' passages and every 5th
+passage of the others. Each corpus is built once as the service builds it (sentence vectors
+pooled from the passage pass); the other arm is the same index with every sentence re-embedded
+on its own text, as builds did before (each distinct text once, sorted by length, batches of
+128). Model time, on the manual: the passage pass with pooling, the same passes without it
+(`encode` alone) and the separate sentence pass, each as process CPU seconds and wall seconds
+(the machine is shared: CPU seconds are the steadier of the two). Then both arms answer every
+question in-process with `answer_mode quote` (`answer-eval answers`, SGLang the repository's
+fake with SmolLM2's tokenizer: a quote needs no model). Lives here, not in eval/bench/, because
+eval/ is at its line limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from answer_service.cli.manual import PAGES_FOLDER, SOURCE_URL, manual_pages
+from eval.lib.data import SQUAD_DIR
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder, passage_embedding_text
+from retrieval.index.builder import build_index
+from retrieval.index.faiss_index import read_passages
+from retrieval.index.generations import served_generation
+from retrieval.ingest.source import IngestOptions, open_source
+from retrieval.sentences.store import CODE, SENTENCES_DIR, embed_passages
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.support import serve_in_thread
+
+QUESTIONS = Path("eval/questions/postgresql-15.jsonl")
+SPLIT = Path("eval/splits/squad.json")
+_SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
+
+
+def _timed(work: Callable[[], Any]) -> dict[str, float]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    work()
+    return {
+        "cpu_s": round(time.process_time() - cpu, 1),
+        "wall_s": round(time.perf_counter() - wall, 1),
+    }
+
+
+def _separate(index: Path, out: Path, embedder: SentenceTransformerEmbedder) -> dict[str, Any]:
+    """A copy of `index` whose sentence vectors are each sentence's own text embedded alone."""
+    source = served_generation(index)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(source, out)
+    passages = list(read_passages(out / "passages.jsonl"))
+    folder = out / SENTENCES_DIR
+    spans, offsets = np.load(folder / "spans.npy"), np.load(folder / "offsets.npy")
+    vectors = np.zeros((spans.shape[0], embedder.dimension), dtype=np.float16)
+    texts: dict[str, list[int]] = {}
+    for sentence, (row, start, end, _, flags) in enumerate(spans):
+        text = passages[row].text[start:end]
+        if not flags & CODE and len(text.split()) >= 3:
+            texts.setdefault(text, []).append(sentence)
+    distinct = sorted(texts, key=len)
+
+    def embed() -> None:
+        for at in range(0, len(distinct), 128):
+            chunk = distinct[at : at + 128]
+            for text, vector in zip(chunk, embedder.encode(chunk, batch_size=128), strict=True):
+                vectors[texts[text]] = vector.astype(np.float16)
+
+    timing = _timed(embed)
+    np.save(folder / "vectors.npy", vectors)
+    assert offsets[-1] == spans.shape[0]
+    return {"sentences_embedded": len(distinct), **timing}
+
+
+def _passes(index: Path, embedder: SentenceTransformerEmbedder) -> dict[str, Any]:
+    """The passage pass with pooling and without, on the index's passages, alternated by
+    batch so both meet the same load."""
+    passages = list(read_passages(served_generation(index) / "passages.jsonl"))
+    pooled = {"cpu_s": 0.0, "wall_s": 0.0}
+    plain = {"cpu_s": 0.0, "wall_s": 0.0}
+    for at in range(0, len(passages), 64):
+        batch = passages[at : at + 64]
+        texts = [passage_embedding_text(p) for p in batch]
+        for totals, work in (
+            (pooled, lambda b=batch: embed_passages(b, embedder, batch_size=64)),
+            (plain, lambda t=texts: embedder.encode(t, batch_size=64)),
+        ):
+            for key, value in _timed(work).items():
+                totals[key] += value
+    return {
+        "passages": len(passages),
+        "pooled": {k: round(v, 1) for k, v in pooled.items()},
+        "encode_only": {k: round(v, 1) for k, v in plain.items()},
+    }
+
+
+def _answer(index: Path, questions: Path, out: Path, url: str, extra: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "eval.commands.main", "answers", "--questions"]
+    command += [str(questions), "--index", str(index), "--answer-mode", "quote"]
+    subprocess.run([*command, "--sglang-url", url, *extra, "--out", str(out)], check=True)
+    metrics = json.loads(out.read_text())["metrics"]
+    keys = ("answer_recall", "gold_in_sources", "citation_precision", "false_abstention_rate")
+    return {key: metrics[key] for key in keys} | {"by_form": metrics["by_form"]}
+
+
+def _manual(work: Path) -> Path:
+    questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines()]
+    gold = {Path(q["gold_passage_id"]).stem for q in questions if q["gold_passage_id"]}
+    html = manual_pages(work / "cache")
+    names = sorted(path.stem for path in html.glob("*.html"))
+    folder = work / "manual" / PAGES_FOLDER
+    shutil.rmtree(folder.parent, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for n, name in enumerate(names):
+        if name in gold or n % 20 == 0:
+            shutil.copy(html / f"{name}.html", folder / f"{name}.html")
+    return folder
+
+
+def _squad(work: Path) -> Path:
+    articles = set(json.loads(SPLIT.read_text())["parts"]["planner_training"])
+    lines = (SQUAD_DIR / "passages.jsonl").read_text().splitlines()
+    others = 0
+    chosen = []
+    for line in lines:
+        article = json.loads(line)["_id"].rsplit("-", 1)[0]
+        if article not in articles:
+            others += 1
+        if article in articles or others % 5 == 0:
+            chosen.append(line)
+    corpus = work / "squad.jsonl"
+    corpus.write_text("\n".join(chosen) + "\n")
+    return corpus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--squad-sample", type=int, default=300)
+    parser.add_argument("--tokenizer", default=str(_SMOLLM2))
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    embedder = SentenceTransformerEmbedder(EmbedderConfig())
+    embedder.warm_up()
+    sets = {
+        "manual": (
+            open_source([_manual(args.work)], IngestOptions(source_url=SOURCE_URL)),
+            QUESTIONS,
+            [],
+        ),
+        "squad": (
+            open_source([_squad(args.work)]),
+            SQUAD_DIR / "questions.jsonl",
+            ["--part", "planner_training", "--sample", str(args.squad_sample), "--seed", "1"],
+        ),
+    }
+    results: dict[str, Any] = {}
+    fake = create_fake_sglang(FakeSGLangState(model_path=args.tokenizer))
+    with serve_in_thread(fake) as url:
+        for name, (source, questions, extra) in sets.items():
+            pooled, separate = args.work / f"{name}-pooled", args.work / f"{name}-separate"
+            started = time.perf_counter()
+            report = build_index(source, pooled, embedder, force=True, progress=False)
+            entry: dict[str, Any] = {
+                "passages": report.manifest.passage_count,
+                "build_wall_s": round(time.perf_counter() - started, 1),
+                "separate_sentence_pass": _separate(pooled, separate, embedder),
+            }
+            if name == "manual":
+                entry["passage_passes"] = _passes(pooled, embedder)
+            for arm, index in (("pooled", pooled), ("separate", separate)):
+                out = args.work / f"answers-{name}-{arm}.json"
+                entry[arm] = _answer(index, questions, out, url, extra)
+            results[name] = entry
+            print(name, json.dumps(entry, indent=1), flush=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    result = {
+        "command": "python docs/benchmarks/sentence_pooling.py --work DIR "
+        f"--squad-sample {args.squad_sample}",
+        "commit": commit,
+        "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
+        "load_1min_at_end": os.getloadavg()[0],
+        "squad_questions": f"planner_training, seeded sample of {args.squad_sample}",
+        "results": results,
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
