@@ -75,7 +75,7 @@ async def _answer(components: Components, query: str, history: tuple[Turn, ...])
     request = AnswerRequest(query, BUDGET_MS, 5, answer_mode="quote", history=history)
     started_s = time.perf_counter()
     prepared = await pipeline.prepare(request, Deadline.after_ms(BUDGET_MS))
-    out = Answered(searched=prepared.request.query)
+    out = Answered(searched=prepared.queries.searched)
     numbered: dict[int, str] = {}
     try:
         async for event in pipeline.events(prepared):
