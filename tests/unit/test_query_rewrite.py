@@ -83,6 +83,27 @@ def test_assistant_turns_are_read_past(bm25: BM25Index) -> None:
     assert rewriter.rewrite(asked).query == "And the default?"
 
 
+def test_a_follow_up_pointing_back_carries_the_entities_of_the_answer_before_it(
+    bm25: BM25Index,
+) -> None:
+    rewriter = FollowUpRewriter(bm25, RewriteConfig(answer_entities=True))
+    history = (
+        Turn("user", "Which command gives the space of dead rows back?"),
+        Turn("assistant", "VACUUM FULL rewrites the table, which returns the space."),
+    )
+    rewrite = rewriter.rewrite(Conversation("What lock does it take?", history))
+    # The questions' words first, then the answer's entities (its plain words are not carried).
+    assert rewrite.carried[-2:] == ("VACUUM", "FULL")
+    assert "rewrites" not in rewrite.carried
+    assert "table" not in rewrite.carried
+    # A follow-up that names what it asks about carries none of the answer's words.
+    named = rewriter.rewrite(Conversation("What does work_mem set?", history))
+    assert "VACUUM" not in named.carried
+    # Off: assistant turns are read past.
+    plain = FollowUpRewriter(bm25).rewrite(Conversation("What lock does it take?", history))
+    assert "VACUUM" not in plain.carried
+
+
 def test_words_no_page_holds_are_not_carried(bm25: BM25Index) -> None:
     rewrite = FollowUpRewriter(bm25).rewrite(
         Conversation("And then?", (Turn("user", "zyzzyva quux work_mem"),))
