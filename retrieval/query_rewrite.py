@@ -71,7 +71,7 @@ class RewriteConfig:
     min_share: float = 0.25
     # A follow-up that points back ("it", "that", "they") also carries the entities of the
     # answer just given: "it" is most often the command that answer named.
-    answer_entities: bool = False
+    answer_entities: bool = True
 
 
 class TermWeights(Protocol):
@@ -93,6 +93,14 @@ class Rewrite:
     query: str
     # The words carried from earlier turns, in the order they were appended.
     carried: tuple[str, ...] = ()
+    # The question as it is read (its sentences scored, quoted): the follow-up with the carried
+    # entities only, the names it points back to ("it": VACUUM FULL); the carried plain words
+    # find the page but pull the quote towards the earlier turn's sentences. "" : `query`.
+    read: str = ""
+
+    @property
+    def read_query(self) -> str:
+        return self.read or self.query
 
 
 def _is_entity(word: str) -> bool:
@@ -135,7 +143,10 @@ class FollowUpRewriter:
         carried = found.best(config.max_terms, config.min_share)
         if not carried:
             return Rewrite(conversation.query)
-        return Rewrite(f"{conversation.query.rstrip()} {' '.join(carried)}", carried)
+        kept = conversation.query.rstrip()
+        entities = " ".join(w for w in carried if _is_entity(w))
+        read = f"{kept} {entities}" if entities else conversation.query
+        return Rewrite(f"{kept} {' '.join(carried)}", carried, read)
 
 
 class _Carried:
@@ -177,19 +188,19 @@ class _Carried:
 
 
 class RewriteStage:
-    """The `rewrite` stage: the query searched for a conversation's last question. Run ahead of
-    the answer cache, so a follow-up's cache key is the query it searched."""
+    """The `rewrite` stage: the query searched and the one read for a conversation's last
+    question. Run ahead of the answer cache, so a follow-up's cache key holds both."""
 
     name = "rewrite"
 
     def __init__(self, rewriter: FollowUpRewriter) -> None:
         self._rewriter = rewriter
 
-    async def run(self, request: Conversation, deadline: Deadline) -> StageResult[str]:
+    async def run(self, request: Conversation, deadline: Deadline) -> StageResult[Rewrite]:
         started_s = time.perf_counter()
         rewrite = self._rewriter.rewrite(request)
         return StageResult(
-            rewrite.query,
+            rewrite,
             (time.perf_counter() - started_s) * 1000.0,
             attributes={
                 "answer.rewrite.turns": len(request.history),

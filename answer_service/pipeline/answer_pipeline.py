@@ -371,16 +371,17 @@ class AnswerPipeline:
     ) -> Queries:
         """The follow-up searched as made standalone from its history (the `rewrite` stage,
         model-free: microseconds, so it is spanned and timed but not planned) and read as
-        asked."""
+        asked, with the entities it points back to."""
         lexical = retriever.index.lexical
         weights = lexical if lexical is not None else UniformWeights()
         stage = RewriteStage(FollowUpRewriter(weights))
         conversation = Conversation(request.query, request.history)
-        rewritten = await self._runner.measure(stage, conversation, hard)
-        root.set_attribute("answer.rewritten", rewritten.value != request.query)
+        rewrite = (await self._runner.measure(stage, conversation, hard)).value
+        root.set_attribute("answer.rewritten", rewrite.query != request.query)
         if self._config.record_content:
-            root.set_attribute("answer.searched_query", rewritten.value)
-        return Queries(searched=rewritten.value, read=request.query)
+            root.set_attribute("answer.searched_query", rewrite.query)
+            root.set_attribute("answer.read_query", rewrite.read_query)
+        return Queries(searched=rewrite.query, read=rewrite.read_query)
 
     def _prepared(
         self,

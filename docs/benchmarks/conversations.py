@@ -62,6 +62,7 @@ VARIANTS = ("rewrite", "last", "standalone")
 class Answered:
     text: str = ""
     searched: str = ""
+    read: str = ""
     sources: list[str] = field(default_factory=list)
     cited: set[str] = field(default_factory=set)
     form: str = ""
@@ -80,7 +81,7 @@ async def _answer(components: Components, query: str, history: tuple[Turn, ...])
     request = AnswerRequest(query, BUDGET_MS, 5, answer_mode="quote", history=history)
     started_s = time.perf_counter()
     prepared = await pipeline.prepare(request, Deadline.after_ms(BUDGET_MS))
-    out = Answered(searched=prepared.queries.searched)
+    out = Answered(searched=prepared.queries.searched, read=prepared.queries.read)
     numbered: dict[int, str] = {}
     try:
         async for event in pipeline.events(prepared):
@@ -104,6 +105,7 @@ def _record(turn: dict[str, Any], answered: Answered) -> dict[str, Any]:
     return {
         "right": answered.right(turn["answers"], turn["gold_pages"]),
         "searched": answered.searched,
+        "read": answered.read,
         "form": answered.form,
         "first_source": answered.sources[0] if answered.sources else None,
         "cited": sorted(answered.cited),
@@ -198,7 +200,7 @@ def _history(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     earlier = json.loads(path.read_text())
-    kept = ("commit", "note", "summary", "rewrite_cost_us")
+    kept = ("commit", "note", "index", "summary", "rewrite_cost_us")
     return [{k: earlier[k] for k in kept if k in earlier}, *earlier.get("history", [])]
 
 

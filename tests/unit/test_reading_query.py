@@ -93,8 +93,9 @@ async def test_a_follow_up_is_searched_with_carried_words_and_read_in_its_own(
     events = await _answer(pipeline, FOLLOW_UP, HISTORY)
     plan = next(e for e in events if isinstance(e, PlanEvent))
     assert plan.searched_query.startswith(f"{FOLLOW_UP} ")
-    assert "operating" in plan.searched_query
-    assert recording.questions == [FOLLOW_UP]
+    assert "space" in plan.searched_query
+    # Read with the entities "it" points back to (the answer named them), not the plain words.
+    assert recording.questions == [f"{FOLLOW_UP} VACUUM FULL"]
     said = _said(events)
     assert "ACCESS EXCLUSIVE" in said
     assert "operating system" not in said
