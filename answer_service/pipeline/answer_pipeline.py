@@ -7,8 +7,9 @@ its slice of the request's deadline, and after each `budget/` gives back the nex
           → slot → prompt → generate (send) → first_token      (answer_stream.py)
 
 A request with history first has its query made standalone (`rewrite`, model-free): retrieval
-and the prompt see the follow-up as searched, reading (the sentences, the reader, abstention,
-the form, the quote) the follow-up as asked, and the answer cache both (`Queries`). `prepare()` does everything
+and the prompt see the follow-up as searched, reading (the sentences, the reader, the form, the
+quote) the follow-up as asked, abstention the stronger of both, the answer cache both
+(`Queries`). `prepare()` does everything
 that can still fail with a plain HTTP error (the answer cache, the plan and its admission,
 retrieval, a generation slot, the prompt, and opening the SGLang stream up to its response
 headers); `events()` then streams `plan`, `sources`, the answer and `done` (answer_stream.py).
@@ -322,7 +323,10 @@ class AnswerPipeline:
             rerank=plan.route == "model",
             read=plan.route != "sources_only",
         )
-        evidence, plan = await run(self._evidence, retrieved.first_pass, deadline, plan)
+        readings = [retrieved.first_pass]
+        if retrieved.searched_pass:  # a follow-up: the stronger of its two readings
+            readings.append(retrieved.searched_pass)
+        evidence, plan = await run(self._evidence, readings, deadline, plan)
         root.set_attribute("answer.evidence", round(evidence.value, 4))
         plan = plan.after_evidence(
             evidence.value, self._forms.abstain_below(self._config.abstain_below)

@@ -59,11 +59,12 @@ class Queries:
     """The question as retrieval searches it and as reading reads it.
 
     A question without history is both. A follow-up is searched with the words the rewrite
-    carries from earlier turns (they find the page) and read in its own words: the sentence
-    scorer, the reader, abstention, the form choice and the quote's cut weigh the follow-up's
-    terms only, so that carried words do not pull the quote towards sentences about the
-    earlier turn. The prompt and the `plan` event take `searched`; the answer cache's key takes
-    both (two requests searched alike but read differently answer differently).
+    carries from earlier turns (they find the page) and read in its own words with the carried
+    entities alone (`Rewrite.read`): the sentence scorer, the reader, the form choice and the
+    quote's cut weigh those, so that the carried plain words do not pull the quote towards
+    sentences about the earlier turn; abstention takes the stronger evidence of the two. The
+    prompt and the `plan` event take `searched`; the answer cache's key takes both (two
+    requests searched alike but read differently answer differently).
     """
 
     searched: str

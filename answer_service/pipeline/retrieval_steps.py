@@ -47,6 +47,9 @@ class Retrieved:
     # choice read: they were learned on it).
     sentences: list[ScoredSentence] = field(default_factory=list)
     first_pass: list[ScoredSentence] = field(default_factory=list)
+    # A follow-up's sentences scored for its searched query too (empty for a question alone):
+    # its own words may say too little to show the evidence the carried words do.
+    searched_pass: list[ScoredSentence] = field(default_factory=list)
 
 
 class CachedEmbedStage:
@@ -158,6 +161,15 @@ class RetrievalSteps:
                 plan,
             )
             first_pass = ranked = sentences.value
+            searched_pass: list[ScoredSentence] = []
+            if queries.split:
+                scored, plan = await run(
+                    retriever.sentences,
+                    SentenceRequest(queries.searched, vector, passages[: request.top_k]),
+                    retrieval,
+                    plan,
+                )
+                searched_pass = scored.value
             if read and retriever.read is not None:
                 # Reading is worth its time only inside the first token's budget (retrieval's
                 # slice has a floor, so that sources come back even when the budget is spent).
@@ -172,7 +184,7 @@ class RetrievalSteps:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        return Retrieved(passages, vector, ranked, first_pass), plan
+        return Retrieved(passages, vector, ranked, first_pass, searched_pass), plan
 
     def _embed_stage(self, retriever: Retriever) -> EmbedStage | CachedEmbedStage:
         if self._embeddings is None:

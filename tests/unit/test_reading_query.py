@@ -18,14 +18,18 @@ from answer_service.pipeline.events import (
     Queries,
     TokenEvent,
 )
+from answer_service.pipeline.forms import FormConfig, FormPolicy, read_form_curves
+from answer_service.pipeline.planning import PlanningConfig, RequestPlanning
+from answer_service.pipeline.stages import EvidenceStage
 from answer_service.runtime.caches import AnswerCache, SharedCache
 from budget import Deadline
 from budget.forms import AnswerMode
 from budget.stage import StageResult
 from retrieval.query_rewrite import Turn
+from retrieval.sentences.quote import read_quote_config
 from retrieval.sentences.scorer import ScoredSentence
 from retrieval.stages import SentenceRequest
-from tests.builders import make_index, make_pipeline
+from tests.builders import make_index, make_pipeline, scored_page
 from tests.fakes.scripted_generation import ScriptedGeneration, words
 
 PAGES = {
@@ -94,8 +98,9 @@ async def test_a_follow_up_is_searched_with_carried_words_and_read_in_its_own(
     plan = next(e for e in events if isinstance(e, PlanEvent))
     assert plan.searched_query.startswith(f"{FOLLOW_UP} ")
     assert "space" in plan.searched_query
-    # Read with the entities "it" points back to (the answer named them), not the plain words.
-    assert recording.questions == [f"{FOLLOW_UP} VACUUM FULL"]
+    # Read with the entities "it" points back to (the answer named them), not the plain words;
+    # scored for the searched query too, for abstention alone.
+    assert recording.questions == [f"{FOLLOW_UP} VACUUM FULL", plan.searched_query]
     said = _said(events)
     assert "ACCESS EXCLUSIVE" in said
     assert "operating system" not in said
@@ -151,3 +156,17 @@ def test_the_answer_key_holds_the_read_query_only_where_it_differs() -> None:
 def test_queries_of_a_question_alone_are_not_split() -> None:
     assert not Queries.of("What is MVCC?").split
     assert Queries("What lock? VACUUM", "What lock?").split
+
+
+async def test_the_evidence_of_a_follow_up_is_its_stronger_reading() -> None:
+    # Its own words may say little ("stop one of them"); the searched query's reading counts.
+    planning = RequestPlanning(PlanningConfig(enabled=False), ["http://worker"])
+    policy = FormPolicy(FormConfig(quote=read_quote_config()), planning, read_form_curves())
+    stage = EvidenceStage(policy)
+    text = "pg_cancel_backend cancels the current query. It returns true."
+    weak = scored_page(text, {"pg_cancel": 0.05})
+    strong = scored_page(text, {"pg_cancel": 0.9})
+    alone = await stage.run([weak], Deadline.after_ms(100))
+    both = await stage.run([weak, strong], Deadline.after_ms(100))
+    assert alone.value == pytest.approx(0.05)
+    assert both.value == pytest.approx(0.9)
