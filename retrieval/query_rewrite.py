@@ -69,6 +69,9 @@ class RewriteConfig:
     entity_boost: float = 1.5
     # A word whose weight is under this share of the heaviest one's is not carried.
     min_share: float = 0.25
+    # A follow-up that points back ("it", "that", "they") also carries the entities of the
+    # answer just given: "it" is most often the command that answer named.
+    answer_entities: bool = True
 
 
 class TermWeights(Protocol):
@@ -90,6 +93,14 @@ class Rewrite:
     query: str
     # The words carried from earlier turns, in the order they were appended.
     carried: tuple[str, ...] = ()
+    # The question as it is read (its sentences scored, quoted): the follow-up with the carried
+    # entities only, the names it points back to ("it": VACUUM FULL); the carried plain words
+    # find the page but pull the quote towards the earlier turn's sentences. "" : `query`.
+    read: str = ""
+
+    @property
+    def read_query(self) -> str:
+        return self.read or self.query
 
 
 def _is_entity(word: str) -> bool:
@@ -104,6 +115,9 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+_POINTS_BACK = re.compile(r"\b(it|its|they|them|their|this|that|these|those)\b", re.I)
+
+
 class FollowUpRewriter:
     def __init__(self, weights: TermWeights, config: RewriteConfig | None = None) -> None:
         self._weights = weights
@@ -113,52 +127,80 @@ class FollowUpRewriter:
         asked = [t.content for t in conversation.history if t.role == "user"]
         if not asked:
             return Rewrite(conversation.query)
-        present = {w.lower() for w in _words(conversation.query)}
-        weight: dict[str, float] = {}
-        first_seen: dict[str, tuple[int, int]] = {}
-        surface: dict[str, str] = {}
         config = self._config
+        found = _Carried({w.lower() for w in _words(conversation.query)}, self._weights)
         for back, text in enumerate(reversed(asked)):
-            for position, word in enumerate(_words(text)):
-                key = word.lower()
-                if key in present or key in _QUESTION_WORDS:
-                    continue
-                idf = self._weights.idf(word)
-                if idf is None or idf <= 0.0:
-                    continue
-                score = (
-                    idf * config.decay**back * (config.entity_boost if _is_entity(word) else 1.0)
-                )
-                if score > weight.get(key, 0.0):
-                    weight[key] = score
-                    surface[key] = word
-                # The order words are appended in: oldest turn first, as they were written.
-                first_seen.setdefault(key, (-back, position))
-        if not weight:
+            # The order words are appended in: oldest turn first, as they were written.
+            found.add(text, config.decay**back, config.entity_boost, turn=-back)
+        last = conversation.history[-1]
+        if (
+            config.answer_entities
+            and last.role == "assistant"
+            and _POINTS_BACK.search(conversation.query)
+        ):
+            # Entities only (an answer's plain words are its sources'), after the questions'.
+            found.add(last.content, 1.0, config.entity_boost, turn=1, entities_only=True)
+        carried = found.best(config.max_terms, config.min_share)
+        if not carried:
             return Rewrite(conversation.query)
-        heaviest = max(weight.values())
-        kept = sorted(
-            (k for k in weight if weight[k] >= heaviest * config.min_share),
-            key=lambda k: -weight[k],
-        )[: config.max_terms]
-        carried = tuple(surface[k] for k in sorted(kept, key=lambda k: first_seen[k]))
-        return Rewrite(f"{conversation.query.rstrip()} {' '.join(carried)}", carried)
+        kept = conversation.query.rstrip()
+        entities = " ".join(w for w in carried if _is_entity(w))
+        read = f"{kept} {entities}" if entities else conversation.query
+        return Rewrite(f"{kept} {' '.join(carried)}", carried, read)
+
+
+class _Carried:
+    """The words earlier turns could carry, each at its heaviest weight, and where it was first
+    seen (turn, position), the order carried words are appended in."""
+
+    def __init__(self, present: set[str], weights: TermWeights) -> None:
+        self._present = present
+        self._weights = weights
+        self._weight: dict[str, float] = {}
+        self._first_seen: dict[str, tuple[int, int]] = {}
+        self._surface: dict[str, str] = {}
+
+    def add(
+        self, text: str, scale: float, boost: float, *, turn: int, entities_only: bool = False
+    ) -> None:
+        for position, word in enumerate(_words(text)):
+            key = word.lower()
+            entity = _is_entity(word)
+            if key in self._present or key in _QUESTION_WORDS or (entities_only and not entity):
+                continue
+            idf = self._weights.idf(word)
+            if idf is None or idf <= 0.0:
+                continue
+            score = idf * scale * (boost if entity else 1.0)
+            if score > self._weight.get(key, 0.0):
+                self._weight[key] = score
+                self._surface[key] = word
+            self._first_seen.setdefault(key, (turn, position))
+
+    def best(self, most: int, min_share: float) -> tuple[str, ...]:
+        """The heaviest `most` words at least `min_share` of the heaviest one's weight."""
+        if not self._weight:
+            return ()
+        weight = self._weight
+        floor = max(weight.values()) * min_share
+        kept = sorted((k for k in weight if weight[k] >= floor), key=lambda k: -weight[k])[:most]
+        return tuple(self._surface[k] for k in sorted(kept, key=self._first_seen.__getitem__))
 
 
 class RewriteStage:
-    """The `rewrite` stage: the query searched for a conversation's last question. Run ahead of
-    the answer cache, so a follow-up's cache key is the query it searched."""
+    """The `rewrite` stage: the query searched and the one read for a conversation's last
+    question. Run ahead of the answer cache, so a follow-up's cache key holds both."""
 
     name = "rewrite"
 
     def __init__(self, rewriter: FollowUpRewriter) -> None:
         self._rewriter = rewriter
 
-    async def run(self, request: Conversation, deadline: Deadline) -> StageResult[str]:
+    async def run(self, request: Conversation, deadline: Deadline) -> StageResult[Rewrite]:
         started_s = time.perf_counter()
         rewrite = self._rewriter.rewrite(request)
         return StageResult(
-            rewrite.query,
+            rewrite,
             (time.perf_counter() - started_s) * 1000.0,
             attributes={
                 "answer.rewrite.turns": len(request.history),

@@ -163,7 +163,7 @@ async def answer(
         def render(collected: Collected) -> Response:
             out = AnswerOut(
                 answer=collected.cited_text,
-                plan=PlanPayload.of(prepared.record, prepared.request.query),
+                plan=PlanPayload.of(prepared.record, prepared.queries.searched),
                 sources=[SourceOut.of(s) for s in prepared.sources],
                 citations=[CitationPayload.of(c) for c in collected.citations],
                 done=DonePayload.of(collected.stats),

@@ -6,8 +6,10 @@ its slice of the request's deadline, and after each `budget/` gives back the nex
           → form → quote                                       (an answer without the model)
           → slot → prompt → generate (send) → first_token      (answer_stream.py)
 
-A request with history first has its query made standalone (`rewrite`, model-free), so the
-cache, retrieval and the answer all see the follow-up as searched. `prepare()` does everything
+A request with history first has its query made standalone (`rewrite`, model-free): retrieval
+and the prompt see the follow-up as searched, reading (the sentences, the reader, the form, the
+quote) the follow-up as asked, abstention the stronger of both, the answer cache both
+(`Queries`). `prepare()` does everything
 that can still fail with a plain HTTP error (the answer cache, the plan and its admission,
 retrieval, a generation slot, the prompt, and opening the SGLang stream up to its response
 headers); `events()` then streams `plan`, `sources`, the answer and `done` (answer_stream.py).
@@ -37,7 +39,13 @@ from answer_service.errors import (
     UpstreamUnavailableError,
 )
 from answer_service.pipeline.answer_stream import CitationConfig, answer_events
-from answer_service.pipeline.events import AnswerRequest, CachedAnswer, PipelineEvent, Source
+from answer_service.pipeline.events import (
+    AnswerRequest,
+    CachedAnswer,
+    PipelineEvent,
+    Queries,
+    Source,
+)
 from answer_service.pipeline.forms import (
     FormConfig,
     FormInput,
@@ -130,6 +138,7 @@ class _Outcome:
     """What every prepared answer of a request shares."""
 
     request: AnswerRequest
+    queries: Queries
     deadline: Deadline
     root: Span
     cache_key: str | None
@@ -261,12 +270,14 @@ class AnswerPipeline:
         mode = self._forms.mode_of(request.answer_mode)
         run = self._runner.run
         hard = self.hard_deadline(deadline)
+        queries = Queries.of(request.query)
         if request.history:  # ahead of the cache: a follow-up's key is what it searches
-            request = await self._rewritten(request, retriever, hard, root)
+            queries = await self._rewritten(request, retriever, hard, root)
         cache_key, hit = None, None
         if self.answer_cache is not None:  # ahead of retrieval, and of refusing for load
             scope = request.passage_filter.key if request.passage_filter else ""
-            cache_key = self.answer_cache.key(request.query, request.top_k, mode, scope)
+            read = queries.read if queries.split else None
+            cache_key = self.answer_cache.key(queries.searched, request.top_k, mode, scope, read)
             hit = (
                 await self._runner.measure(AnswerCacheStage(self.answer_cache), cache_key, hard)
             ).value
@@ -274,7 +285,7 @@ class AnswerPipeline:
                 hit = None
             root.set_attribute("answer.cache_hit", hit is not None)
         plan = self.planning.start(
-            request.query,
+            queries.searched,
             request.top_k,
             deadline.remaining_ms(),
             request.ttft_budget_ms,
@@ -284,7 +295,7 @@ class AnswerPipeline:
             # A cached answer costs the workers nothing: it is not a load on them.
             arrival=hit is None,
         ).admit(mode, request.top_k, request.allow_sources_only)
-        outcome = _Outcome(request, deadline, root, cache_key)
+        outcome = _Outcome(request, queries, deadline, root, cache_key)
         if hit is not None:
             return self._prepared(outcome, plan.from_cache(hit.form), hit.sources, cached=hit)
         if (
@@ -297,20 +308,25 @@ class AnswerPipeline:
             self.floor_probe.refused(plan.worker or self.planning.gate.least_loaded())
         if plan.route == "refuse":
             raise self._refusal(request, plan)
-        for stage in self._query_stages:
-            rewritten, plan = await run(stage, request.query, deadline, plan)
-            request = dataclasses.replace(request, query=rewritten.value)
+        for stage in self._query_stages:  # they change what is searched and prompted
+            rewritten, plan = await run(stage, queries.searched, deadline, plan)
+            queries = dataclasses.replace(queries, searched=rewritten.value)
+        outcome = dataclasses.replace(outcome, queries=queries)
         # Sources alone need no reranking and no reading; a quote instead reads where it can.
         retrieved, plan = await self._retrieval.run(
             retriever,
             request,
+            queries,
             plan,
             deadline,
             hard,
             rerank=plan.route == "model",
             read=plan.route != "sources_only",
         )
-        evidence, plan = await run(self._evidence, retrieved.first_pass, deadline, plan)
+        readings = [retrieved.first_pass]
+        if retrieved.searched_pass:  # a follow-up: the stronger of its two readings
+            readings.append(retrieved.searched_pass)
+        evidence, plan = await run(self._evidence, readings, deadline, plan)
         root.set_attribute("answer.evidence", round(evidence.value, 4))
         plan = plan.after_evidence(
             evidence.value, self._forms.abstain_below(self._config.abstain_below)
@@ -327,7 +343,7 @@ class AnswerPipeline:
                 self._form_stage,
                 FormInput(
                     plan,
-                    request.query,
+                    queries.read,
                     retrieved.first_pass,
                     evidence.value,
                     worker,
@@ -340,7 +356,7 @@ class AnswerPipeline:
         if choice.form == "quote":
             plan = plan.with_form(choice, 0)
             quoted, plan = await run(
-                self._quote, QuoteRequest(request.query, retrieved.sentences), deadline, plan
+                self._quote, QuoteRequest(queries.read, retrieved.sentences), deadline, plan
             )
             # Nothing quotable (code, fragments): say so.
             answered = "ok" if quoted.value else "abstained"
@@ -356,18 +372,20 @@ class AnswerPipeline:
 
     async def _rewritten(
         self, request: AnswerRequest, retriever: Retriever, hard: Deadline, root: Span
-    ) -> AnswerRequest:
-        """The request with its query made standalone from its history (the `rewrite` stage,
-        model-free: microseconds, so it is spanned and timed but not planned)."""
+    ) -> Queries:
+        """The follow-up searched as made standalone from its history (the `rewrite` stage,
+        model-free: microseconds, so it is spanned and timed but not planned) and read as
+        asked, with the entities it points back to."""
         lexical = retriever.index.lexical
         weights = lexical if lexical is not None else UniformWeights()
         stage = RewriteStage(FollowUpRewriter(weights))
         conversation = Conversation(request.query, request.history)
-        rewritten = await self._runner.measure(stage, conversation, hard)
-        root.set_attribute("answer.rewritten", rewritten.value != request.query)
+        rewrite = (await self._runner.measure(stage, conversation, hard)).value
+        root.set_attribute("answer.rewritten", rewrite.query != request.query)
         if self._config.record_content:
-            root.set_attribute("answer.searched_query", rewritten.value)
-        return dataclasses.replace(request, query=rewritten.value)
+            root.set_attribute("answer.searched_query", rewrite.query)
+            root.set_attribute("answer.read_query", rewrite.read_query)
+        return Queries(searched=rewrite.query, read=rewrite.read_query)
 
     def _prepared(
         self,
@@ -383,6 +401,7 @@ class AnswerPipeline:
     ) -> PreparedAnswer:
         return PreparedAnswer(
             outcome.request,
+            outcome.queries,
             outcome.deadline,
             outcome.root,
             plan,
@@ -434,7 +453,14 @@ class AnswerPipeline:
             worker = self.router.choose(ids, foreign=self._config.prompt.adopt)
             try:
                 generation, opened = await self._generation.open(
-                    request, plan, outcome.deadline, hard, context, worker, lookup
+                    request,
+                    outcome.queries.searched,
+                    plan,
+                    outcome.deadline,
+                    hard,
+                    context,
+                    worker,
+                    lookup,
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)

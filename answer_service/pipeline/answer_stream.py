@@ -73,7 +73,7 @@ async def answer_events(
     runner: StageRunner,
 ) -> AsyncIterator[PipelineEvent]:
     handle = prepared.handle
-    yield PlanEvent(prepared.record, prepared.request.query)
+    yield PlanEvent(prepared.record, prepared.queries.searched)
     yield SourcesEvent(prepared.sources)
     if handle.outcome == "abstained":
         prepared.shown()

@@ -26,6 +26,7 @@ __all__ = [
     "PipelineEvent",
     "PlanEvent",
     "PlanRecord",
+    "Queries",
     "Source",
     "SourcesEvent",
     "TokenEvent",
@@ -49,8 +50,33 @@ class AnswerRequest:
     # None: every passage. Retrieval, the prompt, its sources and the answer cache keep to it.
     passage_filter: PassageFilter | None = None
     # The conversation before `query`, oldest first: a follow-up is searched as the rewrite
-    # stage makes it (retrieval/query_rewrite.py), and `query` becomes what was searched.
+    # stage makes it (retrieval/query_rewrite.py) and read as asked (`Queries`).
     history: tuple[Turn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Queries:
+    """The question as retrieval searches it and as reading reads it.
+
+    A question without history is both. A follow-up is searched with the words the rewrite
+    carries from earlier turns (they find the page) and read in its own words with the carried
+    entities alone (`Rewrite.read`): the sentence scorer, the reader, the form choice and the
+    quote's cut weigh those, so that the carried plain words do not pull the quote towards
+    sentences about the earlier turn; abstention takes the stronger evidence of the two. The
+    prompt and the `plan` event take `searched`; the answer cache's key takes both (two
+    requests searched alike but read differently answer differently).
+    """
+
+    searched: str
+    read: str
+
+    @classmethod
+    def of(cls, question: str) -> Queries:
+        return cls(question, question)
+
+    @property
+    def split(self) -> bool:
+        return self.searched != self.read
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ class GenerationSteps:
     async def open(
         self,
         request: AnswerRequest,
+        question: str,
         plan: RequestPlan,
         deadline: Deadline,
         hard: Deadline,
@@ -83,7 +84,8 @@ class GenerationSteps:
         worker: str,
         lookup: PassageLookup,
     ) -> tuple[Generation, RequestPlan]:
-        """The request's slot on `worker`, its prompt and its open stream, or an error."""
+        """The request's slot on `worker`, its prompt and its open stream, or an error.
+        `question`: what the prompt asks (a follow-up as searched, `Queries.searched`)."""
         gate = self._planning.gate
         slot_result, plan = await self._runner.run(
             self._slots,
@@ -97,7 +99,7 @@ class GenerationSteps:
         try:
             ahead = gate.prefilling_tokens(worker, slot)
             prompt, plan = await self._prompt(
-                request, plan, deadline, context, worker, lookup, ahead
+                question, plan, deadline, context, worker, lookup, ahead
             )
             uncached = self._uncached(worker, prompt)
             slot.owe(uncached)
@@ -144,7 +146,7 @@ class GenerationSteps:
 
     async def _prompt(
         self,
-        request: AnswerRequest,
+        question: str,
         plan: RequestPlan,
         deadline: Deadline,
         context: Sequence[ContextPassage],
@@ -166,7 +168,7 @@ class GenerationSteps:
             )
 
         prompt_request = PromptRequest(
-            request.query,
+            question,
             context,
             plan.knobs.passages,
             self._router.tree(worker),

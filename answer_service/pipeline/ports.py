@@ -12,8 +12,11 @@ from retrieval.embedder import Vectors
 
 
 class AnswerStore(Protocol):
-    def key(self, query: str, top_k: int, form: str, scope: str = "") -> str:
-        """`scope`: what the request may read (its filter's key), part of the key."""
+    def key(
+        self, query: str, top_k: int, form: str, scope: str = "", read: str | None = None
+    ) -> str:
+        """`scope`: what the request may read (its filter's key), part of the key. `query`: the
+        query searched; `read`: the one read where it differs (a follow-up's own words)."""
         ...
 
     async def get(self, key: str) -> CachedAnswer | None: ...

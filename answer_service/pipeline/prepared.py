@@ -20,6 +20,7 @@ from answer_service.pipeline.events import (
     AnswerStats,
     CachedAnswer,
     PlanRecord,
+    Queries,
     Source,
 )
 from answer_service.pipeline.planning import RequestPlanning
@@ -80,6 +81,8 @@ class AnswerHandle:
 @dataclass(frozen=True, slots=True)
 class PreparedAnswer:
     request: AnswerRequest
+    # The question as searched (the `plan` event's `searched_query`) and as read.
+    queries: Queries
     deadline: Deadline
     root: Span
     # The plan when the request was prepared (the handle's is the latest).

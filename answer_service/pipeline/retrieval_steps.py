@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from answer_service.errors import ServiceError, StageTimeoutError
-from answer_service.pipeline.events import AnswerRequest
+from answer_service.pipeline.events import AnswerRequest, Queries
 from answer_service.pipeline.planning import RequestPlanning
 from answer_service.pipeline.ports import EmbeddingStore
 from answer_service.pipeline.stage_runner import StageRunner
@@ -40,13 +40,16 @@ class RetrievalConfig:
 @dataclass(frozen=True, slots=True)
 class Retrieved:
     passages: list[ScoredPassage]
-    # The query's embedding.
+    # The searched query's embedding.
     vector: Vectors | None
     # The sentences of the first top_k passages, most likely to answer first (after the
     # reader, where it read), and the scorer's own ranking (what abstention and the form
     # choice read: they were learned on it).
     sentences: list[ScoredSentence] = field(default_factory=list)
     first_pass: list[ScoredSentence] = field(default_factory=list)
+    # A follow-up's sentences scored for its searched query too (empty for a question alone):
+    # its own words may say too little to show the evidence the carried words do.
+    searched_pass: list[ScoredSentence] = field(default_factory=list)
 
 
 class CachedEmbedStage:
@@ -88,6 +91,7 @@ class RetrievalSteps:
         self,
         retriever: Retriever,
         request: AnswerRequest,
+        queries: Queries,
         plan: RequestPlan,
         deadline: Deadline,
         hard: Deadline,
@@ -95,8 +99,9 @@ class RetrievalSteps:
         rerank: bool = True,
         read: bool = True,
     ) -> tuple[Retrieved, RequestPlan]:
-        """What retrieval found for `request`, and the plan after it. `deadline`: the first
-        token's; `hard`: the point past which the request is given up on."""
+        """What retrieval found for `request`, and the plan after it: embed, search and rerank
+        take `queries.searched`, the sentences and the reader `queries.read`. `deadline`: the
+        first token's; `hard`: the point past which the request is given up on."""
         run = self._runner.run
         plan = plan.retrieving(request.top_k)
         slice_ms = max(deadline.remaining_ms(), self._config.floor_ms)
@@ -107,7 +112,7 @@ class RetrievalSteps:
             if search.searcher.needs_vector:
                 embedded, plan = await run(
                     self._embed_stage(retriever),
-                    request.query,
+                    queries.searched,
                     retrieval,
                     plan,
                     attributes={
@@ -119,7 +124,7 @@ class RetrievalSteps:
             found, plan = await run(
                 search,
                 SearchRequest(
-                    request.query,
+                    queries.searched,
                     vector,
                     plan.knobs.retrieve_k,
                     self._config.depth,
@@ -136,26 +141,41 @@ class RetrievalSteps:
             passages = found.value
             if rerank:
                 passages, plan = await self._rerank(
-                    retriever, request, plan, passages, vector, deadline, hard
+                    retriever, request, queries.searched, plan, passages, vector, deadline, hard
                 )
             if vector is None:  # the mode needed none; the sentence scorer does
                 embedded, plan = await run(
-                    self._embed_stage(retriever), request.query, retrieval, plan
+                    self._embed_stage(retriever), queries.searched, retrieval, plan
                 )
                 vector = embedded.value
+            read_vector = vector
+            if queries.split:  # the scorer's cosines are to the words it reads
+                embedded, plan = await run(
+                    self._embed_stage(retriever), queries.read, retrieval, plan
+                )
+                read_vector = embedded.value
             sentences, plan = await run(
                 retriever.sentences,
-                SentenceRequest(request.query, vector, passages[: request.top_k]),
+                SentenceRequest(queries.read, read_vector, passages[: request.top_k]),
                 retrieval,
                 plan,
             )
             first_pass = ranked = sentences.value
+            searched_pass: list[ScoredSentence] = []
+            if queries.split:
+                scored, plan = await run(
+                    retriever.sentences,
+                    SentenceRequest(queries.searched, vector, passages[: request.top_k]),
+                    retrieval,
+                    plan,
+                )
+                searched_pass = scored.value
             if read and retriever.read is not None:
                 # Reading is worth its time only inside the first token's budget (retrieval's
                 # slice has a floor, so that sources come back even when the budget is spent).
                 reread, plan = await run(
                     retriever.read,
-                    ReadRequest(request.query, first_pass),
+                    ReadRequest(queries.read, first_pass),
                     hard.slice_ms(deadline.remaining_ms()),
                     plan,
                 )
@@ -164,7 +184,7 @@ class RetrievalSteps:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        return Retrieved(passages, vector, ranked, first_pass), plan
+        return Retrieved(passages, vector, ranked, first_pass, searched_pass), plan
 
     def _embed_stage(self, retriever: Retriever) -> EmbedStage | CachedEmbedStage:
         if self._embeddings is None:
@@ -175,6 +195,7 @@ class RetrievalSteps:
         self,
         retriever: Retriever,
         request: AnswerRequest,
+        searched: str,
         plan: RequestPlan,
         candidates: list[ScoredPassage],
         vector: Vectors | None,
@@ -191,7 +212,7 @@ class RetrievalSteps:
             return candidates[:wanted], plan
         reranked, plan = await self._runner.run(
             stage,
-            RerankRequest(request.query, candidates[:depth], wanted, vector),
+            RerankRequest(searched, candidates[:depth], wanted, vector),
             hard.slice_ms(plan.slice_ms("rerank")),
             plan,
         )

@@ -48,7 +48,8 @@ class AnswerCacheStage:
 
 class EvidenceStage:
     """How likely the retrieved sentences are to answer (the answerable model's chance): what
-    the plan's abstention decision reads."""
+    the plan's abstention decision reads. Given several readings of them (a follow-up's, for
+    its own words and for the query searched), the strongest."""
 
     name = "evidence"
 
@@ -56,10 +57,10 @@ class EvidenceStage:
         self._policy = policy
 
     async def run(
-        self, request: Sequence[ScoredSentence], deadline: Deadline
+        self, request: Sequence[Sequence[ScoredSentence]], deadline: Deadline
     ) -> StageResult[float]:
         started_s = time.perf_counter()
-        evidence = self._policy.evidence(request)
+        evidence = max(self._policy.evidence(reading) for reading in request)
         return StageResult(
             evidence, _since_ms(started_s), attributes={"answer.evidence": round(evidence, 4)}
         )

@@ -123,10 +123,16 @@ class AnswerCache:
         self.store = store
         self.fingerprint = fingerprint
 
-    def key(self, query: str, top_k: int, form: str, scope: str = "") -> str:
+    def key(
+        self, query: str, top_k: int, form: str, scope: str = "", read: str | None = None
+    ) -> str:
         """`scope`: the passages the request may read (its filter's key; "" for every one),
-        so an answer is only ever served to requests that could read all it drew on."""
+        so an answer is only ever served to requests that could read all it drew on. `query`
+        is what was searched; `read`, where it differs, what the sentences were read against
+        (a follow-up's own words): the answer depends on both."""
         material = f"{self.fingerprint}\n{top_k}\n{form}\n{normalized(query)}"
+        if read is not None:  # its own labelled line: a normalised query holds no line break
+            material += f"\nread\t{normalized(read)}"
         if scope:
             material += f"\n{scope}"
         return hashlib.sha256(material.encode()).hexdigest()

@@ -13,13 +13,18 @@ what the rewrite changes: what is retrieved and quoted. Per conversation, turn b
 
 - first turns: the question alone;
 - each follow-up three ways: `rewrite` (the follow-up with the conversation before it as
-  `history`: each earlier question and the answer the service gave it), `last` (the follow-up
-  alone, what chat did before issue 42), `standalone` (the hand-written full question, alone).
+  `history`: each earlier question and the answer the service gave it; searched as the
+  rewrite makes it, read as asked), `last` (the follow-up alone, what chat did before issue
+  42), `standalone` (the hand-written full question, alone).
 
 A turn is right when one of its gold answers is in the answer (case-insensitive) and one of its
 gold pages is cited by an answer sentence or is the first source. The rewrite's cost is the
 `rewrite` stage timed alone on each follow-up (the index's BM25 weights, warm). Lives here, not
 in eval/bench/, because eval/ is at its 7,000-line limit.
+
+The conversations are a development set: the reading split and the rewrite's settings were
+chosen on them. `--out` keeps the runs it replaces under `history` (commit, note, summary),
+newest first; `--note` says what this run measures.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ VARIANTS = ("rewrite", "last", "standalone")
 class Answered:
     text: str = ""
     searched: str = ""
+    read: str = ""
     sources: list[str] = field(default_factory=list)
     cited: set[str] = field(default_factory=set)
     form: str = ""
@@ -75,7 +81,7 @@ async def _answer(components: Components, query: str, history: tuple[Turn, ...])
     request = AnswerRequest(query, BUDGET_MS, 5, answer_mode="quote", history=history)
     started_s = time.perf_counter()
     prepared = await pipeline.prepare(request, Deadline.after_ms(BUDGET_MS))
-    out = Answered(searched=prepared.request.query)
+    out = Answered(searched=prepared.queries.searched, read=prepared.queries.read)
     numbered: dict[int, str] = {}
     try:
         async for event in pipeline.events(prepared):
@@ -99,6 +105,7 @@ def _record(turn: dict[str, Any], answered: Answered) -> dict[str, Any]:
     return {
         "right": answered.right(turn["answers"], turn["gold_pages"]),
         "searched": answered.searched,
+        "read": answered.read,
         "form": answered.form,
         "first_source": answered.sources[0] if answered.sources else None,
         "cited": sorted(answered.cited),
@@ -188,10 +195,20 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _history(path: Path) -> list[dict[str, Any]]:
+    """The runs `path` holds (itself and its history), newest first, without their turns."""
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    kept = ("commit", "note", "index", "summary", "rewrite_cost_us")
+    return [{k: earlier[k] for k in kept if k in earlier}, *earlier.get("history", [])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--index", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--note", default="", help="what this run measures, kept in history")
     args = parser.parse_args()
     conversations = [json.loads(line) for line in CONVERSATIONS.read_text().splitlines()]
     result = asyncio.run(_run(args.index, conversations))
@@ -199,12 +216,15 @@ def main() -> None:
     out = {
         "benchmark": "conversations",
         "commit": commit.strip(),
+        "note": args.note,
+        "questions": "development set: the variants were chosen on these conversations",
         "machine": platform.machine(),
         "index": str(args.index),
         "answer_mode": "quote",
         "ttft_budget_ms": BUDGET_MS,
         "summary": _summary(result["conversations"]),
         "rewrite_cost_us": result["rewrite_cost_us"],
+        "history": _history(args.out),
         "conversations": result["conversations"],
     }
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -83,6 +83,32 @@ def test_assistant_turns_are_read_past(bm25: BM25Index) -> None:
     assert rewriter.rewrite(asked).query == "And the default?"
 
 
+def test_a_follow_up_pointing_back_carries_the_entities_of_the_answer_before_it(
+    bm25: BM25Index,
+) -> None:
+    rewriter = FollowUpRewriter(bm25)
+    history = (
+        Turn("user", "Which command gives the space of dead rows back?"),
+        Turn("assistant", "VACUUM FULL rewrites the table, which returns the space."),
+    )
+    rewrite = rewriter.rewrite(Conversation("What lock does it take?", history))
+    # The questions' words first, then the answer's entities (its plain words are not carried).
+    assert rewrite.carried[-2:] == ("VACUUM", "FULL")
+    assert "rewrites" not in rewrite.carried
+    assert "table" not in rewrite.carried
+    # It is read with the entities alone: the names "it" points back to.
+    assert rewrite.read_query == "What lock does it take? VACUUM FULL"
+    # A follow-up that names what it asks about carries none of the answer's words.
+    named = rewriter.rewrite(Conversation("What does work_mem set?", history))
+    assert "VACUUM" not in named.carried
+    # Off: assistant turns are read past, and nothing carried is an entity: read as asked.
+    off = FollowUpRewriter(bm25, RewriteConfig(answer_entities=False))
+    plain = off.rewrite(Conversation("What lock does it take?", history))
+    assert "VACUUM" not in plain.carried
+    assert plain.carried
+    assert plain.read_query == "What lock does it take?"
+
+
 def test_words_no_page_holds_are_not_carried(bm25: BM25Index) -> None:
     rewrite = FollowUpRewriter(bm25).rewrite(
         Conversation("And then?", (Turn("user", "zyzzyva quux work_mem"),))
@@ -113,7 +139,8 @@ async def test_the_stage_gives_the_rewritten_query_with_its_sizes(bm25: BM25Inde
         Deadline.after_ms(1000),
     )
     assert stage.name == "rewrite"
-    assert result.value.startswith("What lock does it take? ")
+    assert result.value.query.startswith("What lock does it take? ")
+    assert result.value.read_query == "What lock does it take? VACUUM FULL"
     assert result.attributes["answer.rewrite.turns"] == 1
     assert result.attributes["answer.rewrite.carried_terms"] == 2
     assert result.elapsed_ms < 50
