@@ -229,6 +229,20 @@ class TimedEmbedder:
             self._clock.sentence_texts += len(texts)
         return vectors
 
+    def encode_with_spans(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        *,
+        batch_size: int = 32,
+    ) -> tuple[Vectors, list[Vectors]]:
+        """The passage pass, which pools the sentences' vectors too: timed as the passages'."""
+        with self._clock.timing("embed_passages"):
+            found = self._inner.encode_with_spans(texts, spans, batch_size=batch_size)
+        self._clock.passage_texts.extend(texts)
+        self._clock.sentence_texts += sum(len(each) for each in spans)
+        return found
+
 
 class TimedSource:
     """A `DocumentSource` whose `documents()` (reading and parsing the files) is timed."""

@@ -2,7 +2,7 @@
 by side in one run: the build's model time, and the quotes both ways over the same passages.
 
     python docs/benchmarks/sentence_pooling.py --work /tmp/pooling \
-        --out docs/benchmarks/sentence-pooling.json [--squad-sample 300]
+        --out docs/benchmarks/sentence-pooling.json [--squad-sample 300] [--answers-only]
 
 Two development sets, never an evaluation part: the manual's development questions
 (eval/questions/postgresql-15.jsonl) over the same 92 pages as `manual_formats.py` (every gold
@@ -154,6 +154,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--squad-sample", type=int, default=300)
     parser.add_argument("--tokenizer", default=str(_SMOLLM2))
+    parser.add_argument(
+        "--answers-only",
+        action="store_true",
+        help="answer again over the indexes an earlier run left in --work (after the scorer "
+        "was fitted again, say)",
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
@@ -175,15 +181,15 @@ def main() -> None:
     with serve_in_thread(fake) as url:
         for name, (source, questions, extra) in sets.items():
             pooled, separate = args.work / f"{name}-pooled", args.work / f"{name}-separate"
-            started = time.perf_counter()
-            report = build_index(source, pooled, embedder, force=True, progress=False)
-            entry: dict[str, Any] = {
-                "passages": report.manifest.passage_count,
-                "build_wall_s": round(time.perf_counter() - started, 1),
-                "separate_sentence_pass": _separate(pooled, separate, embedder),
-            }
-            if name == "manual":
-                entry["passage_passes"] = _passes(pooled, embedder)
+            entry: dict[str, Any] = {}
+            if not args.answers_only:
+                started = time.perf_counter()
+                report = build_index(source, pooled, embedder, force=True, progress=False)
+                entry["passages"] = report.manifest.passage_count
+                entry["build_wall_s"] = round(time.perf_counter() - started, 1)
+                entry["separate_sentence_pass"] = _separate(pooled, separate, embedder)
+                if name == "manual":
+                    entry["passage_passes"] = _passes(pooled, embedder)
             for arm, index in (("pooled", pooled), ("separate", separate)):
                 out = args.work / f"answers-{name}-{arm}.json"
                 entry[arm] = _answer(index, questions, out, url, extra)
@@ -194,7 +200,7 @@ def main() -> None:
     ).stdout.strip()
     result = {
         "command": "python docs/benchmarks/sentence_pooling.py --work DIR "
-        f"--squad-sample {args.squad_sample}",
+        f"--squad-sample {args.squad_sample}" + (" --answers-only" if args.answers_only else ""),
         "commit": commit,
         "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
         "load_1min_at_end": os.getloadavg()[0],
