@@ -20,6 +20,7 @@ from answer_service.pipeline.events import (
     AnswerStats,
     CachedAnswer,
     PlanRecord,
+    ShortAnswer,
     Source,
 )
 from answer_service.pipeline.planning import RequestPlanning
@@ -95,6 +96,8 @@ class PreparedAnswer:
     cache_key: str | None = None
     # A quoted answer: the sentences streamed with their citations, no model.
     quote: tuple[QuotedSentence, ...] = ()
+    # The words of the quote's first sentence that answer, where the span head is sure.
+    short_answer: ShortAnswer | None = None
 
     @property
     def trace_id(self) -> str:
