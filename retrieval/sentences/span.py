@@ -125,6 +125,16 @@ def char_span(offsets: Sequence[tuple[int, int]], first: int, last: int) -> tupl
     return offsets[first][0], offsets[last][1]
 
 
+def whole_words(sentence: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) widened to whole words: a span never starts or ends inside a word (a
+    word-piece such as "br" of "brûlée" reads as the word)."""
+    while 0 < start < len(sentence) and sentence[start - 1].isalnum() and sentence[start].isalnum():
+        start -= 1
+    while 0 < end < len(sentence) and sentence[end].isalnum() and sentence[end - 1].isalnum():
+        end += 1
+    return start, end
+
+
 def token_span(
     offsets: Sequence[tuple[int, int]], in_sentence: Sequence[bool], start: int, end: int
 ) -> tuple[int, int] | None:
@@ -249,7 +259,7 @@ class SpanReader:
                 out.append(None)
                 continue
             first, last, score = picked
-            start, end = char_span(offsets[row], first, last)
+            start, end = whole_words(sentence, *char_span(offsets[row], first, last))
             out.append(ShortSpan(sentence[start:end], start, end, score))
         return out
 

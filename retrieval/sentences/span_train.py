@@ -44,6 +44,7 @@ from retrieval.sentences.span import (
     char_span,
     read_span_file,
     token_span,
+    whole_words,
     with_threshold,
     write_span_file,
 )
@@ -178,7 +179,7 @@ def predict(
         if picked is None:
             out.append(("", 0.0))
             continue
-        start, end = char_span(offsets[row], picked[0], picked[1])
+        start, end = whole_words(example.sentence, *char_span(offsets[row], picked[0], picked[1]))
         out.append((example.sentence[start:end], picked[2]))
     return out
 

@@ -24,6 +24,7 @@ from retrieval.sentences.span import (
     char_span,
     read_span_file,
     token_span,
+    whole_words,
     write_span_file,
 )
 from retrieval.sentences.span_train import choose_threshold, f1, normalize_answer
@@ -80,6 +81,13 @@ def test_tokens_map_to_characters_of_the_unchanged_sentence_and_back() -> None:
     # A part of a token still takes the whole token; nothing of the sentence: None.
     assert token_span(offsets, list(IN_SENTENCE), 13, 15) == (6, 6)
     assert token_span(offsets, list(IN_SENTENCE), 30, 40) is None
+
+
+def test_a_span_is_widened_to_whole_words() -> None:
+    sentence = "Crème brûlée, 24\u201310."
+    assert whole_words(sentence, 6, 8) == (6, 12)  # "br" of "brûlée"
+    assert sentence[slice(*whole_words(sentence, 14, 16))] == "24"
+    assert whole_words(sentence, 0, 5) == (0, 5)
 
 
 def test_the_span_file_keeps_its_meta_and_threshold(tmp_path: Path) -> None:
