@@ -98,6 +98,14 @@ def test_the_span_file_keeps_its_meta_and_threshold(tmp_path: Path) -> None:
     assert arrays["head/weight"].shape == (2, 3)
 
 
+def test_the_shipped_span_head_has_a_threshold_and_is_small() -> None:
+    meta, arrays = read_span_file(None)
+    assert 0.0 < meta.threshold < 1.0
+    assert arrays["head/weight"].shape[0] == 2
+    shipped = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / "span.npz"
+    assert shipped.stat().st_size < 2_000_000
+
+
 def test_the_threshold_keeps_the_spans_better_than_half_right() -> None:
     scores = [0.9, 0.8, 0.7, 0.2, 0.1]
     f1s = [1.0, 1.0, 0.6, 0.0, 0.3]
