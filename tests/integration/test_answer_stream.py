@@ -195,7 +195,7 @@ def test_a_quote_carries_its_short_answer_before_its_first_token(
     service: ServiceFactory, tiny_sglang: SGLangServer, tmp_path: Path
 ) -> None:
     # The shipped head with its threshold at 0: a short answer always comes, so this checks
-    # where it goes and that its offsets index the quote; the words are the head's best span.
+    # where it goes and that its offsets index the quote.
     meta, arrays = read_span_file(None)
     write_span_file(tmp_path / SHORT_ANSWER, with_threshold(meta, 0.0), arrays)
     with service(sglang_url=tiny_sglang.url, calibration_dir=tmp_path, max_new_tokens=8) as url:
@@ -216,7 +216,11 @@ def _short_answer_everywhere(url: str) -> None:
     short = events[2].data
     quote = "".join(e.data["text"] for e in events if e.event == "token")
     assert quote[short["start"] : short["end"]] == short["text"]
-    assert "Broncos" in short["text"]
+    # A few whole words of it (which words is the head's business: at threshold 0 it may be
+    # wrong, which is what the shipped threshold is for).
+    assert short["text"] == short["text"].strip()
+    assert short["start"] == 0 or not quote[short["start"] - 1].isalnum()
+    assert short["end"] == len(quote) or not quote[short["end"]].isalnum()
     assert len(short["text"].split()) < len(quote.split()) / 3
     assert events[-1].data["short_answer"] == short, "repeated in done"
     # The same short answer, with offsets into the same text, in the other shapes.
