@@ -29,7 +29,15 @@ from retrieval.search.filters import FilterTable, PassageFilter, allowed_lookup
 from retrieval.search.modes import build_searchers
 from retrieval.sentences.reader import Reader, ReadMix
 from retrieval.sentences.scorer import ScorerWeights, SentenceScorer
-from retrieval.stages import EmbedStage, ReadStage, RerankStage, SearchStage, SentenceStage
+from retrieval.sentences.span import ShortFinder
+from retrieval.stages import (
+    EmbedStage,
+    ReadStage,
+    RerankStage,
+    SearchStage,
+    SentenceStage,
+    ShortAnswerStage,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,7 @@ class Retriever:
         scorer: ScorerWeights | None = None,
         reader: tuple[Reader, ReadMix] | None = None,
         filters: FilterTable | None = None,
+        short: ShortFinder | None = None,
     ) -> None:
         self.embedder = embedder
         self.index = index
@@ -72,6 +81,9 @@ class Retriever:
         # The reader (warmed up) and how its scores join the scorer's; None: the scorer's order.
         self.reader = reader
         self.read = ReadStage(reader[0], reader[1], self._pool) if reader is not None else None
+        # The span head (warmed up) that finds a quote's short answer; None: quotes alone.
+        self.short = short
+        self.short_answer = ShortAnswerStage(short, self._pool) if short is not None else None
 
     @classmethod
     def open(
@@ -85,6 +97,7 @@ class Retriever:
         search: SearchConfig | None = None,
         scorer: ScorerWeights | None = None,
         reader: tuple[Reader, ReadMix] | None = None,
+        short: ShortFinder | None = None,
         max_workers: int = 2,
     ) -> Retriever:
         """An index directory's retriever, checked against `embedder` (and the corpus, when
@@ -106,6 +119,7 @@ class Retriever:
             pool=StagePool(max_workers),
             scorer=scorer,
             reader=reader,
+            short=short,
         )
 
     def with_reranker(self, reranker: Reranker | None) -> Retriever:
@@ -120,6 +134,7 @@ class Retriever:
             scorer=self.scorer_weights,
             reader=self.reader,
             filters=self.filters,
+            short=self.short,
         )
 
     def modes(self) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """Retrieval's stages, each `run(request, deadline) -> StageResult` (budget/stage.py): embed the
 query, search in one mode, rerank, score the sentences of what was found, read the best of them
-where the scorer is in doubt. Their blocking work runs on the retriever's bounded pool."""
+where the scorer is in doubt, find the short answer in a quote. Their blocking work runs on the
+retriever's bounded pool."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from retrieval.rerank.base import Reranker, RerankRequest
 from retrieval.search.base import Searcher, SearchRequest
 from retrieval.sentences.reader import Reader, ReadMix, reread, to_read
 from retrieval.sentences.scorer import ScoredSentence, SentenceScorer
+from retrieval.sentences.span import ShortFinder, ShortSpan
 
 
 class EmbedStage:
@@ -197,3 +199,40 @@ class ReadStage:
         return StageResult(
             ranked, timed.elapsed_ms, work=read, attributes={**attributes, "read.sentences": read}
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ShortAnswerRequest:
+    question: str
+    # The quoted sentence, as it is sent.
+    sentence: str
+
+
+class ShortAnswerStage:
+    """The short answer inside a quoted sentence (retrieval/sentences/span.py): one encoder
+    pass over (question, sentence). Not planned: where the time is gone it gives none (a cut),
+    and the quote is sent without it. Work: none (one pass, whatever the question)."""
+
+    name = "short_answer"
+
+    def __init__(self, finder: ShortFinder, pool: StagePool) -> None:
+        self.finder = finder
+        self._pool = pool
+
+    async def run(
+        self, request: ShortAnswerRequest, deadline: Deadline
+    ) -> StageResult[ShortSpan | None]:
+        if deadline.remaining_ms() <= 0:
+            return StageResult(None, 0.0, cut=StageCut("short answer skipped: no time left", 0))
+        try:
+            timed = await self._pool.run(
+                self.name, deadline, lambda: self.finder.find(request.question, request.sentence)
+            )
+        except RetrievalTimeoutError:
+            cut = StageCut("short answer timed out", 0)
+            return StageResult(None, deadline.elapsed_ms(), cut=cut)
+        found = timed.value
+        attributes: dict[str, AttributeValue] = {"short_answer.found": found is not None}
+        if found is not None:
+            attributes["short_answer.score"] = round(found.score, 4)
+        return StageResult(found, timed.elapsed_ms, attributes=attributes)

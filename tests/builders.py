@@ -29,6 +29,7 @@ from retrieval.retriever import Retriever
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import read_quote_config
 from retrieval.sentences.scorer import Candidate, ScoredSentence
+from retrieval.sentences.span import ShortFinder
 from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
 from retrieval.sentences.store import EmbeddedPassages, SentenceRef
 from tests.fakes.hash_embedder import HashEmbedder
@@ -71,16 +72,18 @@ def make_pipeline(
     answer_mode: AnswerMode = "passages",
     generation: GenerationConfig | None = None,
     query_stages: Sequence[Stage[str, str]] = (),
+    short: ShortFinder | None = None,
     **config: Any,
 ) -> tuple[AnswerPipeline, InMemorySpanExporter]:
     """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
     the exporter its spans end in. It answers from passages unless told another
     `answer_mode`, and never abstains unless given a threshold (None: the calibrated one); the
-    quote's selection and the answerable model are the ones shipped."""
+    quote's selection and the answerable model are the ones shipped; a quote's short answer
+    comes from `short` (None: none)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    retriever = Retriever.open(index_dir, HashEmbedder())
+    retriever = Retriever.open(index_dir, HashEmbedder(), short=short)
     pipeline = AnswerPipeline(
         retriever,
         WordTemplate(),

@@ -35,6 +35,7 @@ from answer_service.pipeline.events import (
     CitationEvent,
     DoneEvent,
     ErrorEvent,
+    ShortAnswer,
     TokenEvent,
 )
 from answer_service.runtime.components import Components
@@ -219,6 +220,7 @@ class Collected:
     error: ErrorEvent | None
     stats: AnswerStats
     citations: tuple[Citation, ...] = ()
+    short_answer: ShortAnswer | None = None
 
     @property
     def cited_text(self) -> str:
@@ -245,7 +247,7 @@ async def collect(pipeline: AnswerPipeline, prepared: PreparedAnswer) -> Collect
         elif isinstance(event, DoneEvent):
             done = event
     assert done is not None, "the pipeline always ends with done"
-    return Collected("".join(parts), error, done.stats, tuple(citations))
+    return Collected("".join(parts), error, done.stats, tuple(citations), done.short_answer)
 
 
 async def prepare_while_connected(

@@ -59,6 +59,7 @@ from answer_service.http.schemas import (
     RetrieveBody,
     RetrievedOut,
     RetrieveOut,
+    ShortAnswerOut,
     SourceOut,
     SourcesPayload,
     TokenPayload,
@@ -71,6 +72,7 @@ from answer_service.pipeline.events import (
     ErrorEvent,
     PipelineEvent,
     PlanEvent,
+    ShortAnswerEvent,
     SourcesEvent,
     TokenEvent,
 )
@@ -125,8 +127,10 @@ def _sse(event: PipelineEvent) -> bytes:
             payload, name = CitationPayload.of(citation), "citation"
         case ErrorEvent():
             payload, name = ErrorPayload.of(event), "error"
-        case DoneEvent(stats):
-            payload, name = DonePayload.of(stats), "done"
+        case ShortAnswerEvent(short):
+            payload, name = ShortAnswerOut.of(short), "short_answer"
+        case DoneEvent(stats, short):
+            payload, name = DonePayload.of(stats, short), "done"
     return format_sse_event(data_str=payload.model_dump_json(), event=name)
 
 
@@ -166,7 +170,8 @@ async def answer(
                 plan=PlanPayload.of(prepared.record, prepared.queries.searched),
                 sources=[SourceOut.of(s) for s in prepared.sources],
                 citations=[CitationPayload.of(c) for c in collected.citations],
-                done=DonePayload.of(collected.stats),
+                short_answer=ShortAnswerOut.of(collected.short_answer),
+                done=DonePayload.of(collected.stats, collected.short_answer),
                 error=ErrorPayload.of(collected.error) if collected.error else None,
             )
             return JSONResponse(out.model_dump(), status_code=collected.status_code)

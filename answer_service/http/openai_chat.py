@@ -4,7 +4,8 @@ the official `openai` client works unchanged (Perplexity's shape for the sources
 The last user message is the query. The TTFT budget, `top_k`, the tier and sources-only come
 from extra body fields (`ttft_budget_ms`, `top_k`, `tier`, `allow_sources_only`, `answer_mode`; the client's
 `extra_body`) or, for the tier, the `X-Tenant-Tier` header. The sources come back as
-`search_results` (title, url, snippet) and `citations` (the urls, in source order), the url
+`search_results` (title, url, snippet) and `citations` (the urls, in source order), and a
+quote's `short_answer` (text, start, end: characters of the content) beside them, the url
 being the section's own where the index knows it (`index build --source-url`, a canonical link,
 front matter), else the passage id; `usage.prompt_tokens_details.cached_tokens` is what SGLang served from its cache.
 Streaming sends `chat.completion.chunk`s as `data:` lines: first the role and the sources, then
@@ -33,7 +34,14 @@ from answer_service.http.answering import (
 )
 from answer_service.http.schemas import ErrorResponse, ServiceFields
 from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
-from answer_service.pipeline.events import AnswerStats, DoneEvent, ErrorEvent, Source, TokenEvent
+from answer_service.pipeline.events import (
+    AnswerStats,
+    DoneEvent,
+    ErrorEvent,
+    ShortAnswer,
+    Source,
+    TokenEvent,
+)
 
 router = APIRouter()
 
@@ -103,6 +111,14 @@ def _search_results(sources: tuple[Source, ...]) -> list[dict[str, Any]]:
     return [{"title": s.title, "url": _url(s), "snippet": s.snippet, "date": None} for s in sources]
 
 
+def _short_answer(short: ShortAnswer | None) -> dict[str, Any]:
+    """A quote's short answer (characters start..end of the content), beside the sources in
+    every chunk as they are: known before the first token."""
+    if short is None:
+        return {}
+    return {"short_answer": {"text": short.text, "start": short.start, "end": short.end}}
+
+
 def _usage(stats: AnswerStats) -> dict[str, Any]:
     return {
         "prompt_tokens": stats.prompt_tokens,
@@ -134,6 +150,7 @@ class _Completion:
             "model": self.model,
             "search_results": _search_results(sources),
             "citations": [_url(s) for s in sources],
+            **_short_answer(self.prepared.short_answer),
         }
 
     def whole(self, collected: Collected) -> dict[str, Any]:

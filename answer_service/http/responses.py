@@ -70,7 +70,7 @@ from answer_service.http.responses_schemas import (
     TextDoneEvent,
     UrlCitation,
 )
-from answer_service.http.schemas import ErrorResponse
+from answer_service.http.schemas import ErrorResponse, ShortAnswerOut
 from answer_service.pipeline.answer_pipeline import AnswerPipeline, PreparedAnswer
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import (
@@ -79,6 +79,7 @@ from answer_service.pipeline.events import (
     DoneEvent,
     ErrorEvent,
     PipelineEvent,
+    ShortAnswer,
     Source,
     TokenEvent,
 )
@@ -106,6 +107,7 @@ class ResponseShape:
         sources: Sequence[Source],
         url_of: Callable[[str], str],
         created_at: int | None = None,
+        short_answer: ShortAnswer | None = None,
     ) -> None:
         self.id = f"resp_{trace_id}"
         self.item_id = f"msg_{trace_id}"
@@ -116,6 +118,7 @@ class ResponseShape:
         self._results = [
             SearchResult(title=s.title, url=self._url(s), snippet=s.snippet) for s in sources
         ]
+        self._short = ShortAnswerOut.of(short_answer)
 
     def _url(self, source: Source) -> str:
         """The section's own URL, else the passage's in this service (`url_of`)."""
@@ -145,6 +148,7 @@ class ResponseShape:
             model=self.model,
             output=output,
             search_results=self._results,
+            short_answer=self._short,
         )
 
     def final(
@@ -351,6 +355,7 @@ async def create_response(
         components.served_model or body.model or "answer-service",
         prepared.sources,
         lambda passage_id: passage_url(http_request, passage_id),
+        short_answer=prepared.short_answer,
     )
 
     async def remember(answer: str) -> None:

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from answer_service.errors import InvalidRequestError
-from answer_service.http.schemas import ServiceFields
+from answer_service.http.schemas import ServiceFields, ShortAnswerOut
 
 # Parameters of `responses.create` an answer engine cannot honour: refused by name, with why,
 # rather than silently ignored. Other unknown fields are refused as unknown.
@@ -216,6 +216,8 @@ class ResponseObject(BaseModel):
     tools: list[Any] = []
     usage: ResponseUsage | None = None
     search_results: list[SearchResult]
+    # A quote's short answer: characters start..end of the output text.
+    short_answer: ShortAnswerOut | None = None
 
 
 LifecycleType = Literal[

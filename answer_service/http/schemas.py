@@ -15,7 +15,13 @@ from pydantic import (
 
 from answer_service.mcp.tool_values import SearchFilters
 from answer_service.pipeline.attribution import Citation
-from answer_service.pipeline.events import AnswerStats, ErrorEvent, PlanRecord, Source
+from answer_service.pipeline.events import (
+    AnswerStats,
+    ErrorEvent,
+    PlanRecord,
+    ShortAnswer,
+    Source,
+)
 from budget.forms import AnswerMode
 from budget.planner import StageTimes
 from retrieval.passage import Passage
@@ -208,6 +214,21 @@ class SourcesPayload(BaseModel):
     sources: list[SourceOut]
 
 
+class ShortAnswerOut(BaseModel):
+    """The words of a quoted answer that answer the question: `text` is characters
+    `start`..`end` of the quote (the answer's text as the tokens carry it). The quoted
+    sentence stays the evidence and what the citation points at. Absent where the answer is
+    not a quote or the span head is not sure of a span."""
+
+    text: str
+    start: int
+    end: int
+
+    @classmethod
+    def of(cls, short: ShortAnswer | None) -> ShortAnswerOut | None:
+        return None if short is None else cls(text=short.text, start=short.start, end=short.end)
+
+
 class TokenPayload(BaseModel):
     text: str
 
@@ -281,9 +302,11 @@ class DonePayload(BaseModel):
     form_reason: str = ""
     # Sentences of a generated answer that no source supports.
     unsupported_sentences: int = 0
+    # The quote's short answer (also sent before its first token), where there is one.
+    short_answer: ShortAnswerOut | None = None
 
     @classmethod
-    def of(cls, stats: AnswerStats) -> DonePayload:
+    def of(cls, stats: AnswerStats, short: ShortAnswer | None = None) -> DonePayload:
         stages = stats.stages
         return cls(
             trace_id=stats.trace_id,
@@ -314,6 +337,7 @@ class DonePayload(BaseModel):
             form=stats.form,
             form_reason=stats.form_reason,
             unsupported_sentences=stats.unsupported_sentences,
+            short_answer=ShortAnswerOut.of(short),
         )
 
 
@@ -408,6 +432,8 @@ class AnswerOut(BaseModel):
     sources: list[SourceOut]
     # One per answer sentence, including those nothing supports.
     citations: list[CitationPayload] = []
+    # A quote's short answer: characters start..end of `answer` (markers follow sentences).
+    short_answer: ShortAnswerOut | None = None
     done: DonePayload
     error: ErrorPayload | None = None
 

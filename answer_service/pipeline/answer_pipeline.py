@@ -44,6 +44,7 @@ from answer_service.pipeline.events import (
     CachedAnswer,
     PipelineEvent,
     Queries,
+    ShortAnswer,
     Source,
 )
 from answer_service.pipeline.forms import (
@@ -91,6 +92,7 @@ from retrieval.query_rewrite import (
 from retrieval.retriever import Retriever
 from retrieval.search.filters import allowed_lookup
 from retrieval.sentences.quote import QuotedSentence
+from retrieval.stages import ShortAnswerRequest
 
 logger = logging.getLogger(__name__)
 
@@ -360,7 +362,10 @@ class AnswerPipeline:
             )
             # Nothing quotable (code, fragments): say so.
             answered = "ok" if quoted.value else "abstained"
-            return self._prepared(outcome, plan, sources, quote=quoted.value, answered=answered)
+            short = await self._short_answer(retriever, queries.read, quoted.value, deadline)
+            return self._prepared(
+                outcome, plan, sources, quote=quoted.value, answered=answered, short=short
+            )
         if choice.form == "focused":
             context = focused_excerpts(
                 retrieved.sentences, max(choice.context, 1), self._forms.config.neighbours
@@ -387,6 +392,17 @@ class AnswerPipeline:
             root.set_attribute("answer.read_query", rewrite.read_query)
         return Queries(searched=rewrite.query, read=rewrite.read_query)
 
+    async def _short_answer(
+        self, retriever: Retriever, query: str, quote: Sequence[QuotedSentence], deadline: Deadline
+    ) -> ShortAnswer | None:
+        """The short answer in the quote's first (likeliest) sentence where the span head is
+        sure of one and time is left (the `short_answer` stage, not planned)."""
+        if retriever.short_answer is None or not quote:
+            return None
+        request = ShortAnswerRequest(query, quote[0].text)
+        span = (await self._runner.measure(retriever.short_answer, request, deadline)).value
+        return None if span is None else ShortAnswer(span.text, span.start, span.end)
+
     def _prepared(
         self,
         outcome: _Outcome,
@@ -396,6 +412,7 @@ class AnswerPipeline:
         answered: str = "ok",
         cached: CachedAnswer | None = None,
         quote: tuple[QuotedSentence, ...] = (),
+        short: ShortAnswer | None = None,
         router: PrefixRouter | None = None,
         generation: Generation | None = None,
     ) -> PreparedAnswer:
@@ -413,6 +430,7 @@ class AnswerPipeline:
             cached=cached,
             cache_key=outcome.cache_key,
             quote=quote,
+            short_answer=short,
         )
 
     def _ranked(self, retrieved: Retrieved, top_k: int) -> tuple[Source, ...]:

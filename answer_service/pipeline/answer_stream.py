@@ -33,6 +33,7 @@ from answer_service.pipeline.events import (
     ErrorEvent,
     PipelineEvent,
     PlanEvent,
+    ShortAnswerEvent,
     SourcesEvent,
     TokenEvent,
 )
@@ -83,6 +84,8 @@ async def answer_events(
         yield TokenEvent(cached.text)
         for citation in cached.citations:
             yield CitationEvent(citation)
+    if prepared.short_answer is not None:
+        yield ShortAnswerEvent(prepared.short_answer)
     for event in _quote_events(prepared):
         yield event
     writer = _AnswerWriter(prepared, config)
@@ -114,7 +117,7 @@ async def answer_events(
     cacheable = prepared.cacheable(stats, writer.emitted, writer.citations) if not error else None
     if store is not None and prepared.cache_key and cacheable is not None:
         store.put(prepared.cache_key, cacheable)
-    yield DoneEvent(stats)
+    yield DoneEvent(stats, prepared.short_answer)
 
 
 async def _first_token(

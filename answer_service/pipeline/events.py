@@ -27,6 +27,8 @@ __all__ = [
     "PlanEvent",
     "PlanRecord",
     "Queries",
+    "ShortAnswer",
+    "ShortAnswerEvent",
     "Source",
     "SourcesEvent",
     "TokenEvent",
@@ -158,11 +160,40 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ShortAnswer:
+    """The few words of a quote that answer (retrieval/sentences/span.py):
+    `quote[start:end] == text`, where the quote is the answer's text as its tokens carry it
+    (the first quoted sentence holds it; citation markers come after a sentence, so they do
+    not move it)."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShortAnswerEvent:
+    """Sent before the quote's first token."""
+
+    short_answer: ShortAnswer
+
+
+@dataclass(frozen=True, slots=True)
 class DoneEvent:
     stats: AnswerStats
+    # The quote's short answer again, for a client that reads only the end.
+    short_answer: ShortAnswer | None = None
 
 
-PipelineEvent = PlanEvent | SourcesEvent | TokenEvent | CitationEvent | ErrorEvent | DoneEvent
+PipelineEvent = (
+    PlanEvent
+    | SourcesEvent
+    | ShortAnswerEvent
+    | TokenEvent
+    | CitationEvent
+    | ErrorEvent
+    | DoneEvent
+)
 
 
 @dataclass(frozen=True, slots=True)

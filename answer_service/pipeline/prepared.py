@@ -21,6 +21,7 @@ from answer_service.pipeline.events import (
     CachedAnswer,
     PlanRecord,
     Queries,
+    ShortAnswer,
     Source,
 )
 from answer_service.pipeline.planning import RequestPlanning
@@ -98,6 +99,8 @@ class PreparedAnswer:
     cache_key: str | None = None
     # A quoted answer: the sentences streamed with their citations, no model.
     quote: tuple[QuotedSentence, ...] = ()
+    # The words of the quote's first sentence that answer, where the span head is sure.
+    short_answer: ShortAnswer | None = None
 
     @property
     def trace_id(self) -> str:

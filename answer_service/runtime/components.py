@@ -50,7 +50,12 @@ from answer_service.runtime.placement import (
     plan_placement,
 )
 from answer_service.runtime.redis_link import RedisLink
-from answer_service.runtime.settings import SENTENCE_READER, SENTENCE_SCORER, Settings
+from answer_service.runtime.settings import (
+    SENTENCE_READER,
+    SENTENCE_SCORER,
+    SHORT_ANSWER,
+    Settings,
+)
 from generation.errors import GenerationError
 from generation.prompt_layout import HFChatTemplate
 from generation.sglang_client import SGLangClient
@@ -59,6 +64,7 @@ from retrieval.errors import RetrievalError
 from retrieval.rerank.factory import load_reranker
 from retrieval.retriever import Retriever
 from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader
+from retrieval.sentences.span import SpanConfig, SpanReader
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +124,9 @@ class Components:
     # The sentence reader and its mix, loaded once with the first index (None: not used).
     reader: tuple[SentenceReader, ReadMix] | None = None
     _reader_loaded: bool = field(default=False)
+    # The span head that finds a quote's short answer, loaded once too (None: not used).
+    span_reader: SpanReader | None = None
+    _span_loaded: bool = field(default=False)
     # Where the embedder, reranker and index run, and their GPU shares (set in warm-up).
     placement: Placement | None = None
     _warm_up_task: asyncio.Task[None] | None = field(default=None)
@@ -292,6 +301,7 @@ class Components:
             index_max_gpu_bytes=share_bytes,
             scorer=scorer_weights(settings),
             reader=self._sentence_reader(),
+            short=self._span_reader(),
         )
 
     def _sentence_reader(self) -> tuple[SentenceReader, ReadMix] | None:
@@ -323,6 +333,28 @@ class Components:
             return None
         self.reader = (reader, mix)
         return self.reader
+
+    def _span_reader(self) -> SpanReader | None:
+        """The span head, warmed up; None (said once, with the reason) where it is off or
+        cannot be had: quotes go without a short answer. Loaded once. Blocking."""
+        if self._span_loaded:
+            return self.span_reader
+        self._span_loaded = True
+        if not self.experiment.short_answer:
+            logger.info("short answers disabled by configuration")
+            return None
+        settings = self.settings
+        reader = SpanReader(
+            SpanConfig(settings.calibrated(SHORT_ANSWER), self.place_models().embedder.device),
+            settings.embedder_model,
+        )
+        try:
+            reader.warm_up()
+        except RetrievalError as exc:
+            logger.warning("span head unavailable, quotes without short answers: %s", exc)
+            return None
+        self.span_reader = reader
+        return reader
 
     def swap_retriever(self, retriever: Retriever) -> Retriever | None:
         """Serve from `retriever` from now on (the reranker carries over); returns the old

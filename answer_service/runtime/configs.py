@@ -74,6 +74,9 @@ class Experiment:
     # Reread the scorer's best sentences with the learned cross-encoder where the scorer is in
     # doubt (docs/answers.md; off: the scorer's order, as `answers-quote-no-reader.json` ran).
     sentence_reader: bool = True
+    # Find the short answer inside a quote with the span head (retrieval/sentences/span.py;
+    # docs/answers.md); off: quotes alone.
+    short_answer: bool = True
     # What `auto` expects of each form: the curves, or the per-query model over them
     # (budget/query_quality.py, fitted by eval.calibrate.form_choice, removed in issue 39, last
     # at 51f22ed; `form_choice_file`, default the one shipped), which did not beat the curves

@@ -67,7 +67,8 @@ QUALITY_CURVES = "quality-curves.json"
 FORM_CURVES = "form-curves.json"
 SENTENCE_SCORER = "sentence-scorer.json"
 SENTENCE_READER = "sentence-reader.npz"
-CALIBRATION_FILES = (QUALITY_CURVES, FORM_CURVES, SENTENCE_SCORER, SENTENCE_READER)
+SHORT_ANSWER = "short-answer.npz"
+CALIBRATION_FILES = (QUALITY_CURVES, FORM_CURVES, SENTENCE_SCORER, SENTENCE_READER, SHORT_ANSWER)
 
 
 # Settings that went, each with what took its place (docs/changelog.md). Set in the
@@ -212,6 +213,8 @@ class Settings(BaseSettings):
     #   sentence-reader.npz   the adapter of the cross-encoder over the embedder's MiniLM that
     #                         rereads the scorer's best few sentences where it is in doubt
     #                         (`python -m eval.calibrate.sentence_reader`)
+    #   short-answer.npz      the span head that finds a quote's short answer, with its
+    #                         threshold (`python -m retrieval.sentences.span_train`)
     calibration_dir: Path | None = None
     # Prompts each SGLang worker prefills at once; others wait by tenant tier. Unset: what
     # each worker was measured to batch at warm-up (1, 2, 4, ... prompts at once while a

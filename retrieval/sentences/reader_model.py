@@ -34,6 +34,62 @@ class LoraLinear(nn.Module):
         return out
 
 
+def add_adapters(encoder: Any, rank: int, alpha: float, first_layer: int = 0) -> None:
+    """Freeze `encoder`, put trainable adapters on `TARGETS` of each layer from `first_layer` on
+    and make their layer norms trainable (and the embeddings' where `first_layer` is 0). Below
+    `first_layer` nothing needs a gradient, so autograd keeps no graph there: training costs
+    a forward pass through the frozen layers."""
+    for parameter in encoder.parameters():
+        parameter.requires_grad = False
+    trained = list(encoder.encoder.layer)[first_layer:]
+    for layer in trained:
+        for target in TARGETS:
+            parent_name, _, attr = target.rpartition(".")
+            parent = layer.get_submodule(parent_name)
+            setattr(parent, attr, LoraLinear(getattr(parent, attr), rank, alpha))
+    roots = [*trained, encoder.embeddings] if first_layer == 0 else trained
+    for root in roots:
+        for module in root.modules():
+            if isinstance(module, nn.LayerNorm):
+                for parameter in module.parameters():
+                    parameter.requires_grad = True
+
+
+def encoder_arrays(encoder: Any) -> dict[str, npt.NDArray[np.float32]]:
+    """An adapted encoder's adapters and layer norms, by the adapter file's names."""
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    for name, module in encoder.named_modules():
+        if isinstance(module, LoraLinear):
+            out[f"lora/{name}/a"] = module.a.detach().float().cpu().numpy()
+            out[f"lora/{name}/b"] = module.b.detach().float().cpu().numpy()
+        elif isinstance(module, nn.LayerNorm):
+            out[f"norm/{name}/weight"] = module.weight.detach().float().cpu().numpy()
+            out[f"norm/{name}/bias"] = module.bias.detach().float().cpu().numpy()
+    return out
+
+
+def merge_adapters(encoder: Any, scale: float, arrays: dict[str, npt.NDArray[Any]]) -> set[str]:
+    """Add each adapter of `arrays` into its base weight (W + scale B A) of a plain `encoder`
+    and copy its layer norms in; the names used."""
+    modules = dict(encoder.named_modules())
+    used: set[str] = set()
+    with torch.no_grad():
+        for key in arrays:
+            kind, _, rest = key.partition("/")
+            name, _, part = rest.rpartition("/")
+            if kind == "lora" and part == "a":
+                a = torch.from_numpy(np.asarray(arrays[key], np.float32))
+                b = torch.from_numpy(np.asarray(arrays[f"lora/{name}/b"], np.float32))
+                modules[name].weight += scale * (b @ a)
+                used |= {key, f"lora/{name}/b"}
+            elif kind == "norm":
+                getattr(modules[name], part).copy_(
+                    torch.from_numpy(np.asarray(arrays[key], np.float32))
+                )
+                used.add(key)
+    return used
+
+
 class PairModel(nn.Module):
     def __init__(self, encoder: Any) -> None:
         super().__init__()
@@ -58,17 +114,7 @@ class PairModel(nn.Module):
     @classmethod
     def from_base(cls, base_dir: str, rank: int, alpha: float) -> tuple[PairModel, Any]:
         encoder = AutoModel.from_pretrained(base_dir, dtype=torch.float32)
-        for parameter in encoder.parameters():
-            parameter.requires_grad = False
-        for layer in encoder.encoder.layer:
-            for target in TARGETS:
-                parent_name, _, attr = target.rpartition(".")
-                parent = layer.get_submodule(parent_name)
-                setattr(parent, attr, LoraLinear(getattr(parent, attr), rank, alpha))
-        for module in encoder.modules():
-            if isinstance(module, nn.LayerNorm):
-                for parameter in module.parameters():
-                    parameter.requires_grad = True
+        add_adapters(encoder, rank, alpha)
         return cls(encoder), AutoTokenizer.from_pretrained(base_dir)
 
     def load_adapter(self, arrays: dict[str, npt.NDArray[Any]]) -> None:
@@ -87,14 +133,7 @@ class PairModel(nn.Module):
 
     def adapter_arrays(self) -> dict[str, npt.NDArray[np.float32]]:
         """What ships: the adapters, the layer norms and the head."""
-        out: dict[str, npt.NDArray[np.float32]] = {}
-        for name, module in self.encoder.named_modules():
-            if isinstance(module, LoraLinear):
-                out[f"lora/{name}/a"] = module.a.detach().float().cpu().numpy()
-                out[f"lora/{name}/b"] = module.b.detach().float().cpu().numpy()
-            elif isinstance(module, nn.LayerNorm):
-                out[f"norm/{name}/weight"] = module.weight.detach().float().cpu().numpy()
-                out[f"norm/{name}/bias"] = module.bias.detach().float().cpu().numpy()
+        out = encoder_arrays(self.encoder)
         out["head/weight"] = self.head.weight.detach().float().cpu().numpy()
         out["head/bias"] = self.head.bias.detach().float().cpu().numpy()
         return out
@@ -105,23 +144,8 @@ class PairModel(nn.Module):
     ) -> tuple[PairModel, Any]:
         """The serving model: each adapter added into its base weight (W + scale B A)."""
         encoder = AutoModel.from_pretrained(base_dir, dtype=torch.float32)
-        scale = meta.alpha / meta.rank
-        modules = dict(encoder.named_modules())
-        used = set()
+        used = merge_adapters(encoder, meta.alpha / meta.rank, arrays)
         with torch.no_grad():
-            for key in arrays:
-                kind, _, rest = key.partition("/")
-                name, _, part = rest.rpartition("/")
-                if kind == "lora" and part == "a":
-                    a = torch.from_numpy(np.asarray(arrays[key], np.float32))
-                    b = torch.from_numpy(np.asarray(arrays[f"lora/{name}/b"], np.float32))
-                    modules[name].weight += scale * (b @ a)
-                    used |= {key, f"lora/{name}/b"}
-                elif kind == "norm":
-                    getattr(modules[name], part).copy_(
-                        torch.from_numpy(np.asarray(arrays[key], np.float32))
-                    )
-                    used.add(key)
             model = cls(encoder)
             model.head.weight.copy_(torch.from_numpy(np.asarray(arrays["head/weight"], np.float32)))
             model.head.bias.copy_(torch.from_numpy(np.asarray(arrays["head/bias"], np.float32)))

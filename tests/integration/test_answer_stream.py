@@ -8,12 +8,15 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from answer_service.runtime.settings import SHORT_ANSWER
 from generation.prompt_layout import SYSTEM_PROMPT, ChatMessage, HFChatTemplate, example_turns
 from generation.server.launch import SGLangServer
+from retrieval.sentences.span import read_span_file, with_threshold, write_span_file
 from retrieval.sentences.splitter import split_sentences
 from tests.integration.conftest import ServiceFactory
 from tests.support import parse_sse, post_answer
@@ -181,10 +184,59 @@ def test_a_quoted_answers_steps_are_stages_too(url: str, tiny_sglang: SGLangServ
         "evidence",
         "form",
         "quote",
+        "short_answer",
     ]
     quote = next(s for s in trace["spans"] if s["name"] == "quote")
     assert quote["attributes"]["answer.quote.sentences"] >= 1
     assert done["form"] == "quote"
+
+
+def test_a_quote_carries_its_short_answer_before_its_first_token(
+    service: ServiceFactory, tiny_sglang: SGLangServer, tmp_path: Path
+) -> None:
+    # The shipped head with its threshold at 0: a short answer always comes, so this checks
+    # where it goes and that its offsets index the quote.
+    meta, arrays = read_span_file(None)
+    write_span_file(tmp_path / SHORT_ANSWER, with_threshold(meta, 0.0), arrays)
+    with service(sglang_url=tiny_sglang.url, calibration_dir=tmp_path, max_new_tokens=8) as url:
+        _short_answer_everywhere(url)
+
+
+def _short_answer_everywhere(url: str) -> None:
+    response = httpx.post(
+        f"{url}/v1/answer",
+        json={"query": QUESTION, "answer_mode": "quote"},
+        timeout=120,
+        headers={"accept": "text/event-stream"},
+    )
+    events = parse_sse(response.text)
+    names = [e.event for e in events]
+    assert names[:3] == ["plan", "sources", "short_answer"], names
+    assert names.index("short_answer") < names.index("token")
+    short = events[2].data
+    quote = "".join(e.data["text"] for e in events if e.event == "token")
+    assert quote[short["start"] : short["end"]] == short["text"]
+    # A few whole words of it (which words is the head's business: at threshold 0 it may be
+    # wrong, which is what the shipped threshold is for).
+    assert short["text"] == short["text"].strip()
+    assert short["start"] == 0 or not quote[short["start"] - 1].isalnum()
+    assert short["end"] == len(quote) or not quote[short["end"]].isalnum()
+    assert len(short["text"].split()) < len(quote.split()) / 3
+    assert events[-1].data["short_answer"] == short, "repeated in done"
+    # The same short answer, with offsets into the same text, in the other shapes.
+    whole = post_answer(url, {"query": QUESTION, "stream": False, "answer_mode": "quote"}).json()
+    assert whole["short_answer"] == short
+    assert whole["answer"][short["start"] : short["end"]] == short["text"]
+    asked = {"messages": [{"role": "user", "content": QUESTION}], "answer_mode": "quote"}
+    chat = httpx.post(f"{url}/v1/chat/completions", json=asked, timeout=120).json()
+    assert chat["short_answer"] == short
+    content = chat["choices"][0]["message"]["content"]
+    assert content[short["start"] : short["end"]] == short["text"]
+    asked = {"input": QUESTION, "answer_mode": "quote"}
+    responses = httpx.post(f"{url}/v1/responses", json=asked, timeout=120).json()
+    assert responses["short_answer"] == short
+    text = responses["output"][0]["content"][0]["text"]
+    assert text[short["start"] : short["end"]] == short["text"]
 
 
 def test_client_disconnect_aborts_the_sglang_request(url: str, tiny_sglang: SGLangServer) -> None:
