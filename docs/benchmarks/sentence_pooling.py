@@ -15,13 +15,17 @@ on its own text, as builds did before (each distinct text once, sorted by length
 (`encode` alone) and the separate sentence pass, each as process CPU seconds and wall seconds
 (the machine is shared: CPU seconds are the steadier of the two). Then both arms answer every
 question in-process with `answer_mode quote` (`answer-eval answers`, SGLang the repository's
-fake with SmolLM2's tokenizer: a quote needs no model). Lives here, not in eval/bench/, because
+fake with SmolLM2's tokenizer: a quote needs no model). `--before-weights` (the scorer the
+separate vectors were fitted with, e.g. from `git show REV:retrieval/sentences/scorer.json`):
+also counts, per arm and its own scorer, the share of first passes under the reader's doubt
+threshold, which the reader then reads (its cost falls on the quote's first token). Lives here, not in eval/bench/, because
 eval/ is at its line limit.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -47,6 +51,7 @@ from tests.support import serve_in_thread
 
 QUESTIONS = Path("eval/questions/postgresql-15.jsonl")
 SPLIT = Path("eval/splits/squad.json")
+WEIGHTS = Path("retrieval/sentences/scorer.json")
 _SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
 
 
@@ -109,6 +114,36 @@ def _passes(index: Path, embedder: SentenceTransformerEmbedder) -> dict[str, Any
     }
 
 
+def _doubt(index: Path, weights: Path, questions: Path, extra: list[str]) -> dict[str, Any]:
+    """The share of questions whose first pass (the scorer with `weights`, hybrid top 5) is
+    under the reader's doubt threshold."""
+    from eval.calibrate.sentence_examples import examples_of
+    from eval.lib.data import squad_part_of
+    from eval.lib.questions import read_questions, sample
+    from retrieval.retriever import Retriever
+    from retrieval.sentences.reader import best_chance
+    from retrieval.sentences.scorer import ScorerWeights, SentenceModel
+
+    asked = read_questions(questions)
+    if extra:  # the SQuAD arm: the part, then the seeded sample `answers` draws
+        part = [
+            q for q in asked if q.gold_passage_id and squad_part_of(q.gold_passage_id) == extra[1]
+        ]
+        asked = sample(part, int(extra[3]), int(extra[5]))
+    scorer = ScorerWeights.read(weights)
+    doubt = json.loads(weights.read_text())["reader"]["doubt"]
+    embedder = SentenceTransformerEmbedder(EmbedderConfig())
+    retriever = Retriever.open(index, embedder, scorer=scorer)
+    examples = asyncio.run(examples_of(retriever, asked, 5))
+    model = SentenceModel(scorer)
+    chances = [best_chance(model.rank(e.found, e.features)) for e in examples]
+    return {
+        "questions": len(chances),
+        "doubt": doubt,
+        "read_share": round(float(np.mean([c < doubt for c in chances])), 4),
+    }
+
+
 def _answer(index: Path, questions: Path, out: Path, url: str, extra: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "eval.commands.main", "answers", "--questions"]
     command += [str(questions), "--index", str(index), "--answer-mode", "quote"]
@@ -154,6 +189,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--squad-sample", type=int, default=300)
     parser.add_argument("--tokenizer", default=str(_SMOLLM2))
+    parser.add_argument("--before-weights", type=Path, help="the separate vectors' scorer")
     parser.add_argument(
         "--answers-only",
         action="store_true",
@@ -193,6 +229,13 @@ def main() -> None:
             for arm, index in (("pooled", pooled), ("separate", separate)):
                 out = args.work / f"answers-{name}-{arm}.json"
                 entry[arm] = _answer(index, questions, out, url, extra)
+            if args.before_weights:
+                entry["reader_reads"] = {
+                    "pooled, shipped scorer": _doubt(pooled, WEIGHTS, questions, extra),
+                    "separate, --before-weights": _doubt(
+                        separate, args.before_weights, questions, extra
+                    ),
+                }
             results[name] = entry
             print(name, json.dumps(entry, indent=1), flush=True)
     commit = subprocess.run(
