@@ -119,6 +119,7 @@ def test_the_reader_rereads_where_the_scorer_is_in_doubt(url: str) -> None:
         "Which lock does REINDEX take?",
         "How can I rebuild a corrupted index?",
         "What does DROP INDEX CONCURRENTLY do?",
+        "Which setting determines the maximum number of concurrent connections?",
     ]
     reads = [
         post_answer(url, {"query": q, "stream": False}).json()["done"]["timings_ms"]["read"]
