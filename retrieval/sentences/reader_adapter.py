@@ -9,6 +9,7 @@ string: rank, alpha, the base model, max_tokens, whether the passage title is re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -44,26 +45,12 @@ class ReaderMeta:
     with_title: bool = False
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "base": self.base,
-                "rank": self.rank,
-                "alpha": self.alpha,
-                "max_tokens": self.max_tokens,
-                "with_title": self.with_title,
-            }
-        )
+        return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> ReaderMeta:
         raw = json.loads(text)
-        return cls(
-            str(raw["base"]),
-            int(raw["rank"]),
-            float(raw["alpha"]),
-            int(raw["max_tokens"]),
-            bool(raw["with_title"]),
-        )
+        return cls(**{field.name: raw[field.name] for field in dataclasses.fields(cls)})
 
 
 def pair_text(text: str, title: str, with_title: bool) -> str:

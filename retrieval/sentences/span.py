@@ -22,6 +22,7 @@ threshold).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -54,28 +55,12 @@ class SpanMeta:
     threshold: float = 0.5
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "base": self.base,
-                "rank": self.rank,
-                "alpha": self.alpha,
-                "max_tokens": self.max_tokens,
-                "max_answer_tokens": self.max_answer_tokens,
-                "threshold": self.threshold,
-            }
-        )
+        return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> SpanMeta:
         raw = json.loads(text)
-        return cls(
-            str(raw["base"]),
-            int(raw["rank"]),
-            float(raw["alpha"]),
-            int(raw["max_tokens"]),
-            int(raw["max_answer_tokens"]),
-            float(raw["threshold"]),
-        )
+        return cls(**{field.name: raw[field.name] for field in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
