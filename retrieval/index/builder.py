@@ -24,7 +24,7 @@ from retrieval.ingest.scan import SkippedFile
 from retrieval.ingest.source import DocumentSource, open_source
 from retrieval.passage import ChunkingConfig, Passage, split_document
 from retrieval.progress import Progress
-from retrieval.sentences.store import embed_passages
+from retrieval.sentences.store import SORTED_BATCHES, embed_passages
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def _embed_corpus(
 
     checkpointed = writer.count
     with shown:
-        for batch in _batches(passages(), batch_size):
+        for batch in _batches(passages(), batch_size * SORTED_BATCHES):
             writer.add(batch, embed_passages(batch, embedder, batch_size=batch_size))
             shown.advance(0, passages=writer.count)
             if writer.count - checkpointed >= CHECKPOINT_PASSAGES:

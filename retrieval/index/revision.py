@@ -45,7 +45,12 @@ from retrieval.index.faiss_index import (
 from retrieval.index.generations import GENERATIONS_DIR, publish, served_generation
 from retrieval.passage import ChunkingConfig, Passage, split_document
 from retrieval.progress import Progress
-from retrieval.sentences.store import EmbeddedPassages, SentenceStore, embed_passages
+from retrieval.sentences.store import (
+    SORTED_BATCHES,
+    EmbeddedPassages,
+    SentenceStore,
+    embed_passages,
+)
 from retrieval.sentences.terms import Idf
 
 logger = logging.getLogger(__name__)
@@ -214,8 +219,8 @@ def _embed(
     """The fresh passages' vectors and their sentences', batch by batch."""
     parts: list[EmbeddedPassages] = []
     with Progress("passages embedded", len(passages), "passages", enabled=progress) as shown:
-        for at in range(0, len(passages), batch_size):
-            batch = passages[at : at + batch_size]
+        for at in range(0, len(passages), batch_size * SORTED_BATCHES):
+            batch = passages[at : at + batch_size * SORTED_BATCHES]
             parts.append(embed_passages(batch, embedder, batch_size=batch_size))
             shown.advance(len(batch))
     dimension = embedder.dimension

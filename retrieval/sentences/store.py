@@ -35,6 +35,10 @@ SENTENCES_DIR = "sentences"
 WHOLE, CODE, ITEM = 1, 2, 4
 _MIN_EMBEDDED_WORDS = 3
 _ENDS = (".", "!", "?", ":", '"', "'", ")", "\u201d")
+# Passages are handed to `embed_passages` this many batches at a time: sentence-transformers
+# sorts one call's texts by length before it batches them, so one call of four batches pads
+# less than four calls of one (the manual's passages: 340k tokens for 360k, 7% less CPU).
+SORTED_BATCHES = 4
 
 
 @dataclass(frozen=True, slots=True)

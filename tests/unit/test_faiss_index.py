@@ -20,6 +20,7 @@ from retrieval.index.builder import build_index
 from retrieval.index.faiss_index import FaissIndex, read_manifest
 from retrieval.index.loaded import LoadedIndex
 from retrieval.passage import ChunkingConfig
+from retrieval.sentences.store import SORTED_BATCHES
 from tests.fakes.hash_embedder import HashEmbedder
 
 DOCS = [
@@ -162,9 +163,11 @@ def test_an_interrupted_build_resumes_where_it_stopped(
     )
     total = report.manifest.passage_count
     assert total == 1_800
-    # Redone at most: what came after the last checkpoint (100 passages) and one batch (64).
-    assert crashing.embedded >= 900
-    assert resumed.embedded <= total - crashing.embedded + 100 + 64, "finished work is redone"
+    # Redone at most: what came after the last checkpoint (100 passages) and the call to the
+    # embedder under way when it crashed (SORTED_BATCHES batches of 64).
+    call = 64 * SORTED_BATCHES
+    assert crashing.embedded >= 1_000 - call
+    assert resumed.embedded <= total - crashing.embedded + 100 + call, "finished work is redone"
     assert report.documents < 600
     clean = build_index(
         corpus, tmp_path / "clean", HashEmbedder(), chunking=chunking, progress=False
