@@ -114,7 +114,7 @@ class ServiceClient:
         return AnswerResult(
             answer=out["answer"],
             # The service gives no short answer yet; the field is here for when it does.
-            short_answer=out.get("short_answer"),
+            short_answer=(out.get("short_answer") or {}).get("text"),
             sources=[
                 AnswerSource(
                     number=s["number"],

@@ -105,7 +105,8 @@ class AnswerResult(BaseModel):
     )
     short_answer: str | None = Field(
         default=None,
-        description="The answer in a few words where the service gives one (none yet: null).",
+        description="The answer in a few words, found inside the quoted sentence, where the "
+        "service is sure of one; else null.",
     )
     sources: list[AnswerSource]
     citations: list[AnswerCitation]

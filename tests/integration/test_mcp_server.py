@@ -161,7 +161,9 @@ async def test_answer_is_cited_within_its_budget(url: str) -> None:
         answer = _data(await client.call_tool("answer", {"query": QUESTION, "budget_ms": 5000}))
     assert answer["form"] == "quote"
     assert answer["within_budget"]
-    assert answer["short_answer"] is None  # the service gives none yet
+    # Where the span head is sure of a short answer, it is words of the quoted answer.
+    short = answer["short_answer"]
+    assert short is None or (short and short in answer["answer"]), short
     assert answer["citations"]
     numbers = {source["number"] for source in answer["sources"]}
     for citation in answer["citations"]:
