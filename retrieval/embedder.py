@@ -242,7 +242,7 @@ class SentenceTransformerEmbedder:
             )
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
         pooled: list[Vectors] = []
-        alone: list[tuple[int, int, str]] = []  # (text, span, the span's text)
+        alone: list[tuple[int, int, str]] = []  # (its text's number, its row, the span's text)
         for number, (output, text_spans) in enumerate(zip(outputs, spans, strict=True)):
             vectors[number] = output["sentence_embedding"].float().numpy()
             ids = encoded["input_ids"][number]
