@@ -60,22 +60,38 @@ def pair_text(text: str, title: str, with_title: bool) -> str:
     return f"{title}: {sentence}" if with_title and title else sentence
 
 
-def read_adapter(path: Path | None = None) -> tuple[ReaderMeta, dict[str, npt.NDArray[Any]]]:
-    """The adapter in `path`, or the one shipped with the package."""
+def read_weights(
+    path: Path | None, shipped_name: str, what: str
+) -> tuple[str, dict[str, npt.NDArray[Any]]]:
+    """The metadata (JSON) and arrays of an adapter file (the reader's, the span head's) in
+    `path`, or of the one shipped with the package as `shipped_name`."""
     try:
         if path is None:
             with resources.as_file(
-                resources.files("retrieval.sentences").joinpath(ADAPTER_FILE)
+                resources.files("retrieval.sentences").joinpath(shipped_name)
             ) as shipped:
-                return read_adapter(shipped)
+                return read_weights(shipped, shipped_name, what)
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}
-        meta = ReaderMeta.from_json(str(arrays.pop("meta")))
+        return str(arrays.pop("meta")), arrays
     except (OSError, ValueError, KeyError) as exc:
+        raise RetrievalError(f"cannot read {what}: {exc}") from exc
+
+
+def write_weights(path: Path, meta_json: str, arrays: dict[str, npt.NDArray[Any]]) -> None:
+    """An adapter file: its arrays in float16, beside its metadata."""
+    half: dict[str, Any] = {k: np.asarray(v, dtype=np.float16) for k, v in arrays.items()}
+    np.savez_compressed(path, meta=np.asarray(meta_json), **half)
+
+
+def read_adapter(path: Path | None = None) -> tuple[ReaderMeta, dict[str, npt.NDArray[Any]]]:
+    """The adapter in `path`, or the one shipped with the package."""
+    meta, arrays = read_weights(path, ADAPTER_FILE, "the sentence reader's adapter")
+    try:
+        return ReaderMeta.from_json(meta), arrays
+    except (ValueError, KeyError) as exc:
         raise RetrievalError(f"cannot read the sentence reader's adapter: {exc}") from exc
-    return meta, arrays
 
 
 def write_adapter(path: Path, meta: ReaderMeta, arrays: dict[str, npt.NDArray[Any]]) -> None:
-    half: dict[str, Any] = {k: np.asarray(v, dtype=np.float16) for k, v in arrays.items()}
-    np.savez_compressed(path, meta=np.asarray(meta.to_json()), **half)
+    write_weights(path, meta.to_json(), arrays)

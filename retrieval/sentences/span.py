@@ -28,7 +28,6 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +36,7 @@ import numpy.typing as npt
 
 from retrieval.embedder import DEFAULT_EMBEDDER, pick_device, resolve_model_path
 from retrieval.errors import RetrievalError
+from retrieval.sentences.reader_adapter import read_weights, write_weights
 
 logger = logging.getLogger(__name__)
 
@@ -133,23 +133,15 @@ def token_span(
 
 def read_span_file(path: Path | None = None) -> tuple[SpanMeta, dict[str, npt.NDArray[Any]]]:
     """The span head in `path`, or the one shipped with the package."""
+    meta, arrays = read_weights(path, SPAN_FILE, "the span head")
     try:
-        if path is None:
-            with resources.as_file(
-                resources.files("retrieval.sentences").joinpath(SPAN_FILE)
-            ) as shipped:
-                return read_span_file(shipped)
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: np.asarray(data[k]) for k in data.files}
-        meta = SpanMeta.from_json(str(arrays.pop("meta")))
-    except (OSError, ValueError, KeyError) as exc:
+        return SpanMeta.from_json(meta), arrays
+    except (ValueError, KeyError) as exc:
         raise RetrievalError(f"cannot read the span head: {exc}") from exc
-    return meta, arrays
 
 
 def write_span_file(path: Path, meta: SpanMeta, arrays: dict[str, npt.NDArray[Any]]) -> None:
-    half: dict[str, Any] = {k: np.asarray(v, dtype=np.float16) for k, v in arrays.items()}
-    np.savez_compressed(path, meta=np.asarray(meta.to_json()), **half)
+    write_weights(path, meta.to_json(), arrays)
 
 
 class ShortFinder(Protocol):
