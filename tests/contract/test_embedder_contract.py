@@ -1,4 +1,5 @@
-"""The `Embedder` contract (retrieval/embedder.py), for the packaged MiniLM and the fake."""
+"""The `Embedder` contract (retrieval/embedder.py), for the packaged MiniLM under ONNX Runtime
+(the CPU's default) and under torch, and for the fake."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from tests.fakes.hash_embedder import HashEmbedder
 TEXTS = ["How long is green tea steeped?", "Mount Etna is on Sicily.", "a"]
 
 
-@pytest.fixture(scope="module", params=["minilm", "hash"])
+@pytest.fixture(scope="module", params=["onnx", "torch", "hash"])
 def embedder(request: pytest.FixtureRequest) -> Iterator[Embedder]:
     made: Embedder = (
-        SentenceTransformerEmbedder(EmbedderConfig(device="cpu"))
-        if request.param == "minilm"
-        else HashEmbedder()
+        HashEmbedder()
+        if request.param == "hash"
+        else SentenceTransformerEmbedder(EmbedderConfig(device="cpu", runtime=request.param))
     )
     made.warm_up()
     return made

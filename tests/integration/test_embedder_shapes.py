@@ -1,8 +1,8 @@
-"""The real MiniLM embedder pads token lengths into buckets: the model only ever runs the
+"""The real MiniLM embedder pads token lengths into buckets. Under torch: the model only ever runs the
 bucketed shapes, `warm_up()` has run those up to 96 tokens, and embedding queries of many
 new lengths (up to ~90 tokens) leaves the process's memory where warm-up put it (unpadded, each new length kept about
 2.5 MiB of native memory here: docs/benchmarks/embed-shape-buckets.json, removed with its
-benchmark, last at 51f22ed)."""
+benchmark, last at 51f22ed). Under ONNX Runtime, the same queries leave memory as flat."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _queries() -> list[str]:
 
 
 def test_query_lengths_run_as_warmed_buckets_and_memory_stays_flat() -> None:
-    embedder = SentenceTransformerEmbedder(EmbedderConfig(pad_to_multiple_of=16))
+    embedder = SentenceTransformerEmbedder(EmbedderConfig(runtime="torch", pad_to_multiple_of=16))
     shapes: list[int] = []
 
     def seen(_: Any, args: tuple[Any, ...]) -> None:
@@ -45,7 +45,17 @@ def test_query_lengths_run_as_warmed_buckets_and_memory_stays_flat() -> None:
     assert len(set(shapes)) <= 256 // 16
     assert grown < 40, f"memory grew {grown:.1f} MiB over new query lengths"
 
-    plain = SentenceTransformerEmbedder(EmbedderConfig(pad_to_multiple_of=1))
+    plain = SentenceTransformerEmbedder(EmbedderConfig(runtime="torch", pad_to_multiple_of=1))
     unpadded = np.concatenate([plain.encode([q], batch_size=1) for q in _queries()])
     cosine = (padded * unpadded).sum(axis=1)
     assert cosine.min() > 0.99  # padding is masked out: the same vectors, up to rounding
+
+
+def test_onnx_runtime_memory_stays_flat_over_new_query_lengths() -> None:
+    embedder = SentenceTransformerEmbedder(EmbedderConfig(device="cpu", runtime="onnx"))
+    embedder.warm_up()
+    before = rss_mib()
+    for query in _queries():
+        embedder.encode([query], batch_size=1)
+    grown = rss_mib() - before
+    assert grown < 40, f"memory grew {grown:.1f} MiB over new query lengths"

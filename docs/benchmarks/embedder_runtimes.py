@@ -1,0 +1,203 @@
+"""The embedder's runtimes on the CPU side by side in one run: torch at float32 (the service's
+CPU path before ONNX Runtime), ONNX Runtime at float32 and at int8 (the default now).
+
+    python docs/benchmarks/embedder_runtimes.py --work /tmp/runtimes \
+        --out docs/benchmarks/embedder-runtimes.json [--squad-sample 300]
+
+1. The build's model time: the passage pass with its pooled sentence vectors (`embed_passages`,
+   as `index build` calls it) over the 92 manual pages `sentence_pooling.py` uses, the three
+   runtimes alternated by call (256 passages each) so they meet the same load, as process CPU
+   seconds and wall seconds; and each runtime's passage and sentence vectors against torch's
+   (cosine).
+2. A question's embedding, one at a time as the service embeds it: 200 questions from the
+   manual's and SQuAD's development sets, the runtimes alternated per question; median ms.
+3. The quotes, over indexes built by torch float32 and by ONNX Runtime int8, each answered with
+   its own runtime (`answer-eval answers --answer-mode quote` with SGLang the repository's fake:
+   a quote needs no model), on the same development sets as sentence_pooling.py: the manual's
+   48 development questions and a seeded sample of SQuAD's planner-training part. ONNX Runtime
+   at float32 gives torch's vectors (part 1 measures how near), so it is not answered apart.
+   The eval command builds its embedder from settings; the run picks the runtime by patching
+   the one function that makes its config (`_RUNTIME_PATCH`), as no setting chooses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sentence_pooling import QUESTIONS, _manual, _squad, _timed
+
+from answer_service.cli.manual import SOURCE_URL
+from eval.lib.data import SQUAD_DIR
+from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
+from retrieval.index.builder import build_index
+from retrieval.index.faiss_index import read_passages
+from retrieval.index.generations import served_generation
+from retrieval.ingest.source import IngestOptions, open_source
+from retrieval.sentences.store import embed_passages
+from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
+from tests.support import serve_in_thread
+
+ARMS = {
+    "torch-float32": EmbedderConfig(device="cpu", runtime="torch", dtype="float32"),
+    "onnx-float32": EmbedderConfig(device="cpu", runtime="onnx", dtype="float32"),
+    "onnx-int8": EmbedderConfig(device="cpu", runtime="onnx", dtype="int8"),
+}
+ANSWERED = ("torch-float32", "onnx-int8")
+_SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
+_RUNTIME_PATCH = """
+import dataclasses, os, sys
+import answer_service.runtime.components as components
+made = components.embedder_config
+runtime, dtype = os.environ["BENCH_EMBEDDER"].split("-")
+components.embedder_config = lambda settings, device: dataclasses.replace(
+    made(settings, device=device), runtime=runtime, dtype=dtype)
+from eval.commands.main import main
+sys.argv[0] = "answer-eval"
+sys.exit(main())
+"""
+
+
+def _passes(index: Path, embedders: dict[str, SentenceTransformerEmbedder]) -> dict[str, Any]:
+    passages = list(read_passages(served_generation(index) / "passages.jsonl"))
+    totals = {arm: {"cpu_s": 0.0, "wall_s": 0.0} for arm in embedders}
+    made: dict[str, list[Any]] = {arm: [] for arm in embedders}
+    for at in range(0, len(passages), 256):
+        batch = passages[at : at + 256]
+        for arm, embedder in embedders.items():
+            timing = _timed(lambda b=batch, e=embedder, m=made[arm]: m.append(embed_passages(b, e)))
+            for key, value in timing.items():
+                totals[arm][key] += value
+    base = made["torch-float32"]
+    report: dict[str, Any] = {"passages": len(passages)}
+    for arm in embedders:
+        passage_cos = np.concatenate(
+            [(a.vectors * b.vectors).sum(axis=1) for a, b in zip(made[arm], base, strict=True)]
+        )
+        sentence_cos = []
+        for a, b in zip(made[arm], base, strict=True):
+            kept = np.abs(b.sentence_vectors).sum(axis=1) > 0
+            x = a.sentence_vectors[kept].astype(np.float32)
+            y = b.sentence_vectors[kept].astype(np.float32)
+            sentence_cos.append(
+                (x * y).sum(axis=1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
+            )
+        sentences = np.concatenate(sentence_cos)
+        report[arm] = {
+            **{key: round(value, 1) for key, value in totals[arm].items()},
+            "cpu_vs_torch": round(totals[arm]["cpu_s"] / totals["torch-float32"]["cpu_s"], 3),
+            "passage_cosine_to_torch": _spread(passage_cos),
+            "sentence_cosine_to_torch": _spread(sentences),
+        }
+    return report
+
+
+def _spread(values: np.ndarray) -> dict[str, float]:
+    return {
+        "min": round(float(values.min()), 4),
+        "p10": round(float(np.percentile(values, 10)), 4),
+        "median": round(float(np.median(values)), 4),
+    }
+
+
+def _questions() -> list[str]:
+    manual = [json.loads(line)["query"] for line in QUESTIONS.read_text().splitlines()]
+    squad = [json.loads(line)["query"] for line in (SQUAD_DIR / "questions.jsonl").open()]
+    return (manual + squad[:: max(1, len(squad) // 152)])[:200]
+
+
+def _query_ms(embedders: dict[str, SentenceTransformerEmbedder]) -> dict[str, Any]:
+    spent: dict[str, list[float]] = {arm: [] for arm in embedders}
+    for question in _questions():
+        for arm, embedder in embedders.items():
+            started = time.perf_counter()
+            embedder.encode([question], batch_size=1)
+            spent[arm].append((time.perf_counter() - started) * 1000)
+    return {
+        arm: {
+            "questions": len(ms),
+            "median_ms": round(statistics.median(ms), 2),
+            "p90_ms": round(float(np.percentile(ms, 90)), 2),
+        }
+        for arm, ms in spent.items()
+    }
+
+
+def _answer(
+    arm: str, index: Path, questions: Path, out: Path, url: str, extra: list[str]
+) -> dict[str, Any]:
+    command = [sys.executable, "-c", _RUNTIME_PATCH, "answers", "--questions", str(questions)]
+    command += ["--index", str(index), "--answer-mode", "quote", "--sglang-url", url, *extra]
+    env = os.environ | {"BENCH_EMBEDDER": arm}
+    subprocess.run([*command, "--out", str(out)], check=True, env=env)
+    metrics = json.loads(out.read_text())["metrics"]
+    keys = ("answer_recall", "gold_in_sources", "citation_precision", "false_abstention_rate")
+    return {key: metrics[key] for key in keys} | {"by_form": metrics["by_form"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--squad-sample", type=int, default=300)
+    parser.add_argument("--tokenizer", default=str(_SMOLLM2))
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    embedders = {arm: SentenceTransformerEmbedder(config) for arm, config in ARMS.items()}
+    for embedder in embedders.values():
+        embedder.warm_up()
+    sets = {
+        "manual": (
+            open_source([_manual(args.work)], IngestOptions(source_url=SOURCE_URL)),
+            QUESTIONS,
+            [],
+        ),
+        "squad": (
+            open_source([_squad(args.work)]),
+            SQUAD_DIR / "questions.jsonl",
+            ["--part", "planner_training", "--sample", str(args.squad_sample), "--seed", "1"],
+        ),
+    }
+    results: dict[str, Any] = {"question_embedding": _query_ms(embedders)}
+    print(json.dumps(results, indent=1), flush=True)
+    fake = create_fake_sglang(FakeSGLangState(model_path=args.tokenizer))
+    with serve_in_thread(fake) as url:
+        for name, (source, questions, extra) in sets.items():
+            entry: dict[str, Any] = {}
+            for arm in ANSWERED:
+                index = args.work / f"{name}-{arm}"
+                started = time.perf_counter()
+                report = build_index(source, index, embedders[arm], force=True, progress=False)
+                entry[f"build_wall_s {arm}"] = round(time.perf_counter() - started, 1)
+                entry["passages"] = report.manifest.passage_count
+                out = args.work / f"answers-{name}-{arm}.json"
+                entry[arm] = _answer(arm, index, questions, out, url, extra)
+            if name == "manual":
+                entry["passage_passes"] = _passes(args.work / "manual-torch-float32", embedders)
+            results[name] = entry
+            print(name, json.dumps(entry, indent=1), flush=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    result = {
+        "command": "python docs/benchmarks/embedder_runtimes.py --work DIR "
+        f"--squad-sample {args.squad_sample}",
+        "commit": commit,
+        "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
+        "load_1min_at_end": os.getloadavg()[0],
+        "squad_questions": f"planner_training, seeded sample of {args.squad_sample}",
+        "results": results,
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

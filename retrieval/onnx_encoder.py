@@ -1,0 +1,218 @@
+"""A sentence-transformers bi-encoder's transformer run by ONNX Runtime on the CPU.
+
+The weights are the model folder's own: exported once with `torch.onnx` and, for `int8`,
+quantized dynamically per output channel with ONNX Runtime's own tool (weights int8, activations
+quantized as they come). Both files are kept under the cache folder, named by a digest of the
+weights, the config, the versions that made them and `EXPORT_FORMAT`, so a changed model or
+exporter makes new ones; a file is written aside and renamed, so processes that export at once
+never read half of one. Only the pipelines the service knows how to finish are run here:
+a transformer, mean pooling, optionally a normalisation (what `mean_pooled` checks); any other
+stays on sentence-transformers' torch path.
+
+Why ONNX Runtime: on these AVX2 CPUs it ran MiniLM's passages in 0.6x torch's CPU time at float32
+(the same vectors to 1e-6) and in 0.4x at int8 (docs/benchmarks/embedder-runtimes.json).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from retrieval.errors import RetrievalError
+
+logger = logging.getLogger(__name__)
+
+# Raised when what the export writes changes (inputs, opset, quantization options).
+EXPORT_FORMAT = 1
+_OPSET = 17
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+Precision = Literal["float32", "int8"]
+Floats = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStates:
+    """One text's pass: its mean-pooled vector (not normalised), its token states and each
+    token's character offsets in the text (special tokens are (0, 0))."""
+
+    vector: Floats
+    states: Floats
+    offsets: npt.NDArray[np.int64]
+
+
+def mean_pooled(model_path: Path) -> bool:
+    """Whether the sentence-transformers folder is a transformer, mean pooling and at most a
+    normalisation: the pipeline `OnnxEncoder` reproduces."""
+    try:
+        modules = json.loads((model_path / "modules.json").read_text())
+        kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
+        pooling = next(m for m in modules if m["type"].endswith("Pooling"))
+        config = json.loads((model_path / pooling["path"] / "config.json").read_text())
+    except (OSError, ValueError, KeyError, StopIteration):
+        return False
+    modes = {key for key, on in config.items() if key.startswith("pooling_mode") and on is True}
+    return kinds in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) and (
+        modes == {"pooling_mode_mean_tokens"}
+    )
+
+
+def _digest(model_path: Path) -> str:
+    import onnxruntime
+    import torch
+
+    digest = hashlib.sha256(
+        f"{EXPORT_FORMAT}:{torch.__version__}:{onnxruntime.__version__}".encode()
+    )
+    digest.update((model_path / "config.json").read_bytes())
+    weights = next(
+        (model_path / name for name in _WEIGHT_FILES if (model_path / name).is_file()), None
+    )
+    if weights is None:
+        raise RetrievalError(f"no weights file ({', '.join(_WEIGHT_FILES)}) in {model_path}")
+    with weights.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _export(model_path: Path, target: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    # Eager attention: the exported graph then masks padding from the inputs, for any shape.
+    model = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+    sample = AutoTokenizer.from_pretrained(model_path)(
+        ["a short text", "a somewhat longer text to export with"], padding=True, return_tensors="pt"
+    )
+
+    class _States(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            states: torch.Tensor = self.model(
+                **dict(zip(_INPUTS, inputs, strict=True))
+            ).last_hidden_state
+            return states
+
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*_INPUTS, "states")}
+    # The tracer warns of every Python branch on a shape; the axes above keep them dynamic.
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _States(),
+            tuple(sample[name] for name in _INPUTS),
+            str(target),
+            input_names=list(_INPUTS),
+            output_names=["states"],
+            dynamic_axes=axes,
+            opset_version=_OPSET,
+            dynamo=False,
+        )
+
+
+def _written(target: Path, write: Any) -> Path:
+    """`target`, made by `write(path)` into a file beside it and renamed, unless it exists."""
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    aside = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        write(aside)
+        os.replace(aside, target)
+    finally:
+        aside.unlink(missing_ok=True)
+    return target
+
+
+def exported_model(model_path: Path, cache_dir: Path, precision: Precision) -> Path:
+    """The ONNX file of `model_path`'s transformer at `precision`, exported (and quantized) on
+    first use and kept under `cache_dir`."""
+    folder = cache_dir / "onnx" / f"{model_path.name}-{_digest(model_path)}"
+    plain = _written(folder / "model.onnx", lambda path: _export(model_path, path))
+    if precision == "float32":
+        return plain
+
+    def quantize(path: Path) -> None:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # Per output channel, in 7 bits: on CPUs without VNNI, 8-bit products can saturate.
+        quantize_dynamic(
+            plain, path, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True
+        )
+
+    return _written(folder / "model.int8.onnx", quantize)
+
+
+class OnnxEncoder:
+    """Token states and mean-pooled vectors of texts, in batches sorted by length (least
+    padding), returned in the order the texts came."""
+
+    def __init__(
+        self, model_file: Path, tokenizer: Any, *, max_seq_length: int, pad_to_multiple_of: int
+    ) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        # One call at a time (the embedder holds a lock); threads that spin between calls would
+        # take a core from SGLang on a small machine.
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = ort.InferenceSession(
+                str(model_file), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime raises its own untyped errors on a bad file
+            raise RetrievalError(f"cannot load {model_file}: {exc}") from exc
+        self._tokenizer = tokenizer
+        self._max_seq_length = max_seq_length
+        self._multiple = pad_to_multiple_of if pad_to_multiple_of > 1 else None
+
+    def token_states(self, texts: Sequence[str], *, batch_size: int) -> list[TokenStates]:
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        found: list[TokenStates | None] = [None] * len(texts)
+        for at in range(0, len(order), batch_size):
+            chosen = order[at : at + batch_size]
+            for number, states in zip(chosen, self._batch([texts[i] for i in chosen]), strict=True):
+                found[number] = states
+        return [states for states in found if states is not None]
+
+    def _batch(self, texts: list[str]) -> list[TokenStates]:
+        encoded = self._tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=self._max_seq_length,
+            pad_to_multiple_of=self._multiple,
+            return_offsets_mapping=True,
+            return_tensors="np",
+        )
+        feed = {name: encoded[name].astype(np.int64) for name in _INPUTS if name in encoded}
+        if "token_type_ids" not in feed:
+            feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
+        states = self._session.run(None, feed)[0]
+        mask = encoded["attention_mask"].astype(bool)
+        found = []
+        for row, used in enumerate(mask):
+            kept = states[row][used]
+            found.append(
+                TokenStates(
+                    vector=kept.mean(axis=0),
+                    states=kept,
+                    offsets=encoded["offset_mapping"][row][used].astype(np.int64),
+                )
+            )
+        return found
