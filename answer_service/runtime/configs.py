@@ -225,7 +225,9 @@ def scorer_weights(settings: Settings) -> ScorerWeights:
 
 def embedder_config(settings: Settings, *, device: str) -> EmbedderConfig:
     """The embedder's, on the device the placement gave it (runtime/placement.py)."""
-    return EmbedderConfig(model=settings.embedder_model, device=device, cache_dir=settings.cache_dir)
+    return EmbedderConfig(
+        model=settings.embedder_model, device=device, cache_dir=settings.cache_dir
+    )
 
 
 def reranker_config(settings: Settings, *, device: str) -> RerankerConfig:
