@@ -109,8 +109,8 @@ def _spread(values: np.ndarray) -> dict[str, float]:
 
 
 def _questions() -> list[str]:
-    manual = [json.loads(line)["query"] for line in QUESTIONS.read_text().splitlines()]
-    squad = [json.loads(line)["query"] for line in (SQUAD_DIR / "questions.jsonl").open()]
+    manual = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines()]
+    squad = [json.loads(line)["question"] for line in (SQUAD_DIR / "questions.jsonl").open()]
     return (manual + squad[:: max(1, len(squad) // 152)])[:200]
 
 
