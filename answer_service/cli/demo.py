@@ -121,7 +121,9 @@ def run_demo(port: int, sglang_port: int, question: str) -> int:
     print(f"1/4 indexing the PostgreSQL 15 manual's HTML pages into {index_dir}")
     pages = manual_pages(settings.cache_dir)
     source = open_source([pages], IngestOptions(source_url=SOURCE_URL))
-    embedder = SentenceTransformerEmbedder(EmbedderConfig(model=settings.embedder_model))
+    embedder = SentenceTransformerEmbedder(
+        EmbedderConfig(model=settings.embedder_model, cache_dir=settings.cache_dir)
+    )
     report = build_index(source, index_dir, embedder)
     state = "current, kept" if report.reused else f"built in {report.seconds:.0f} s"
     print(f"    {report.manifest.passage_count} passages ({state})")

@@ -18,6 +18,9 @@ CPU path before ONNX Runtime), ONNX Runtime at float32 and at int8 (the default 
    at float32 gives torch's vectors (part 1 measures how near), so it is not answered apart.
    The eval command builds its embedder from settings; the run picks the runtime by patching
    the one function that makes its config (`_RUNTIME_PATCH`), as no setting chooses it.
+4. `--full-build`, alone: the manual's whole build as the demo makes it (every page of the HTML
+   folder, `build_index` with a fresh index), with ONNX Runtime int8 and then with torch float32,
+   wall and CPU seconds and the load beside each; added to the JSON `--out` names.
 """
 
 from __future__ import annotations
@@ -100,6 +103,12 @@ def _passes(index: Path, embedders: dict[str, SentenceTransformerEmbedder]) -> d
     return report
 
 
+def _commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def _spread(values: np.ndarray) -> dict[str, float]:
     return {
         "min": round(float(values.min()), 4),
@@ -143,14 +152,44 @@ def _answer(
     return {key: metrics[key] for key in keys} | {"by_form": metrics["by_form"]}
 
 
+def _full_builds(work: Path) -> dict[str, Any]:
+    from answer_service.cli.manual import manual_pages
+    from answer_service.runtime.settings import default_cache_dir
+
+    pages = manual_pages(default_cache_dir())
+    report: dict[str, Any] = {}
+    for arm in ANSWERED[::-1]:
+        embedder = SentenceTransformerEmbedder(ARMS[arm])
+        source = open_source([pages], IngestOptions(source_url=SOURCE_URL))
+        built: list[Any] = []
+        timing = _timed(
+            lambda e=embedder, s=source, a=arm: built.append(
+                build_index(s, work / f"full-{a}", e, force=True, progress=False)
+            )
+        )
+        report[arm] = {
+            "passages": built[0].manifest.passage_count,
+            **timing,
+            "load_1min_at_end": round(os.getloadavg()[0], 2),
+        }
+        print(arm, report[arm], flush=True)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--squad-sample", type=int, default=300)
     parser.add_argument("--tokenizer", default=str(_SMOLLM2))
+    parser.add_argument("--full-build", action="store_true", help="only part 4, into --out")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.full_build:
+        result = json.loads(args.out.read_text())
+        result["full_manual_build"] = {"commit": _commit(), **_full_builds(args.work)}
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        return
     embedders = {arm: SentenceTransformerEmbedder(config) for arm, config in ARMS.items()}
     for embedder in embedders.values():
         embedder.warm_up()
@@ -184,13 +223,10 @@ def main() -> None:
                 entry["passage_passes"] = _passes(args.work / "manual-torch-float32", embedders)
             results[name] = entry
             print(name, json.dumps(entry, indent=1), flush=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
     result = {
         "command": "python docs/benchmarks/embedder_runtimes.py --work DIR "
         f"--squad-sample {args.squad_sample}",
-        "commit": commit,
+        "commit": _commit(),
         "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
         "load_1min_at_end": os.getloadavg()[0],
         "squad_questions": f"planner_training, seeded sample of {args.squad_sample}",
