@@ -163,7 +163,7 @@ def _full_builds(work: Path) -> dict[str, Any]:
         source = open_source([pages], IngestOptions(source_url=SOURCE_URL))
         built: list[Any] = []
         timing = _timed(
-            lambda e=embedder, s=source, a=arm: built.append(
+            lambda e=embedder, s=source, a=arm, b=built: b.append(
                 build_index(s, work / f"full-{a}", e, force=True, progress=False)
             )
         )
