@@ -159,6 +159,12 @@ class SentenceTransformerEmbedder:
         self._loaded()
         return self._dimension
 
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer (not safe to call from two threads at once)."""
+        self._loaded()
+        return self._tokenizer
+
     def warm_up(self) -> None:
         if self._tokenizer is not None:
             return

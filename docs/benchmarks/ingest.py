@@ -330,7 +330,7 @@ def run_build(folder: Path, out: Path, embedder: SentenceTransformerEmbedder) ->
         "documents": report.documents,
         "passages": report.manifest.passage_count,
         "embedded_passages": len(clock.passage_texts),
-        "embedded_tokens": _tokens(embedder._loaded().tokenizer, clock.passage_texts),
+        "embedded_tokens": _tokens(embedder.tokenizer, clock.passage_texts),
         "sentence_vectors": clock.sentence_texts,
         "phases_s": clock.report(seconds),
     }
@@ -349,7 +349,7 @@ def run_sync(folder: Path, index: Path, embedder: SentenceTransformerEmbedder) -
         "unchanged": report.unchanged,
         "passages": revision.passages,
         "embedded_passages": revision.embedded_passages,
-        "embedded_tokens": _tokens(embedder._loaded().tokenizer, clock.passage_texts),
+        "embedded_tokens": _tokens(embedder.tokenizer, clock.passage_texts),
         "sentence_vectors": clock.sentence_texts,
         "phases_s": clock.report(seconds),
     }
