@@ -21,6 +21,10 @@ CPU path before ONNX Runtime), ONNX Runtime at float32 and at int8 (the default 
 4. `--full-build`, alone: the manual's whole build as the demo makes it (every page of the HTML
    folder, `build_index` with a fresh index), with ONNX Runtime int8 and then with torch float32,
    wall and CPU seconds and the load beside each; added to the JSON `--out` names.
+5. `--scifact`, alone: SciFact's train claims of the split's scorer- and planner-training parts
+   (eval/splits/scifact.json; never its evaluation part), retrieval over the whole train corpus
+   built and queried with each of torch float32 and ONNX Runtime int8 (`answer-eval retrieval`):
+   nDCG@10 and recall@100 of dense, lexical and hybrid; added to the JSON `--out` names.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import numpy as np
 from sentence_pooling import QUESTIONS, _manual, _squad, _timed
 
 from answer_service.cli.manual import SOURCE_URL
-from eval.lib.data import SQUAD_DIR
+from eval.lib.data import SCIFACT_DIR, SQUAD_DIR
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
 from retrieval.index.faiss_index import read_passages
@@ -57,12 +61,14 @@ ARMS = {
 ANSWERED = ("torch-float32", "onnx-int8")
 _SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
 _RUNTIME_PATCH = """
-import dataclasses, os, sys
+import dataclasses, functools, os, sys
 import answer_service.runtime.components as components
+import eval.commands.main as commands
 made = components.embedder_config
 runtime, dtype = os.environ["BENCH_EMBEDDER"].split("-")
 components.embedder_config = lambda settings, device: dataclasses.replace(
     made(settings, device=device), runtime=runtime, dtype=dtype)
+commands.EmbedderConfig = functools.partial(commands.EmbedderConfig, runtime=runtime, dtype=dtype)
 from eval.commands.main import main
 sys.argv[0] = "answer-eval"
 sys.exit(main())
@@ -176,6 +182,31 @@ def _full_builds(work: Path) -> dict[str, Any]:
     return report
 
 
+def _scifact(work: Path) -> dict[str, Any]:
+    data = SCIFACT_DIR
+    parts = json.loads((Path("eval/splits/scifact.json")).read_text())["parts"]
+    kept = set(parts["scorer_training"]) | set(parts["planner_training"])
+    queries = work / "scifact-queries.jsonl"
+    lines = (data / "queries.train.jsonl").read_text().splitlines()
+    queries.write_text("".join(f"{line}\n" for line in lines if json.loads(line)["_id"] in kept))
+    report: dict[str, Any] = {"claims": len(kept), "parts": "scorer_training + planner_training"}
+    for arm in ANSWERED:
+        out = work / f"scifact-{arm}.json"
+        command = [sys.executable, "-c", _RUNTIME_PATCH, "retrieval", "--corpus"]
+        command += [str(data / "corpus.jsonl"), "--queries", str(queries)]
+        command += ["--qrels", str(data / "qrels" / "train.tsv")]
+        command += ["--index", str(work / f"scifact-{arm}"), "--out", str(out)]
+        started = time.perf_counter()
+        subprocess.run(command, check=True, env=os.environ | {"BENCH_EMBEDDER": arm})
+        metrics = json.loads(out.read_text())["metrics"]
+        report[arm] = {
+            mode: {key: round(metrics[mode][key], 4) for key in ("ndcg@10", "recall@100")}
+            for mode in ("dense", "lexical", "hybrid")
+        } | {"build_and_queries_wall_s": round(time.perf_counter() - started, 1)}
+        print(arm, report[arm], flush=True)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, required=True)
@@ -183,11 +214,15 @@ def main() -> None:
     parser.add_argument("--squad-sample", type=int, default=300)
     parser.add_argument("--tokenizer", default=str(_SMOLLM2))
     parser.add_argument("--full-build", action="store_true", help="only part 4, into --out")
+    parser.add_argument("--scifact", action="store_true", help="only part 5, into --out")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    if args.full_build:
+    if args.full_build or args.scifact:
         result = json.loads(args.out.read_text())
-        result["full_manual_build"] = {"commit": _commit(), **_full_builds(args.work)}
+        if args.full_build:
+            result["full_manual_build"] = {"commit": _commit(), **_full_builds(args.work)}
+        if args.scifact:
+            result["scifact_retrieval"] = {"commit": _commit(), **_scifact(args.work)}
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
     embedders = {arm: SentenceTransformerEmbedder(config) for arm, config in ARMS.items()}
