@@ -244,7 +244,8 @@ def candidates(
         before = None if windows is None else windows.at(row, passage, -1)
         starts = passage.position == 0 or (before is not None and section_break(before, passage))
         head = "" if starts else _paragraph_head(passage, before)
-        terms = definition_terms(passage.text, spans, head=head)
+        lead = "" if starts else _block_before(passage, before, head)
+        terms = definition_terms(passage.text, spans, head=head, lead=lead)
         navigation = navigation_blocks(passage.text)
         for ref, term in zip(refs, terms, strict=True):
             candidate = Candidate(ref, passage, rank, term)
@@ -325,6 +326,20 @@ def _paragraph_head(passage: Passage, before: Passage | None) -> str | None:
         return None
     start = paragraph_start(before.text, offset)
     return None if start is None else before.text[start:offset]
+
+
+def _block_before(passage: Passage, before: Passage | None, head: str | None) -> str:
+    """The block (after a blank line) of the window before that ends where the paragraph a
+    window starts in (`head` of it before the window) or at starts, or "" where that is not
+    known or it starts before that window."""
+    if before is None or head is None:
+        return ""
+    offset = passage.start_char - before.start_char - len(head)
+    if not 0 < offset <= len(before.text):
+        return ""
+    prior = before.text[:offset].rstrip()
+    start = paragraph_start(prior, len(prior))
+    return "" if start is None else prior[start:]
 
 
 def _as_found(candidate: Candidate, navigation: Sequence[tuple[int, int]]) -> Candidate:

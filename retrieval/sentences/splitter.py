@@ -148,7 +148,7 @@ def navigation_blocks(text: str) -> list[tuple[int, int]]:
 
 
 def definition_terms(
-    text: str, spans: Sequence[SentenceSpan], *, head: str | None = ""
+    text: str, spans: Sequence[SentenceSpan], *, head: str | None = "", lead: str = ""
 ) -> list[str]:
     """For each unit of `text` (its `spans`, in order), the term its paragraph defines, on one
     line, or "" where it defines none.
@@ -167,7 +167,12 @@ def definition_terms(
     lies before it ("" where it starts a paragraph; None where that is not known). A window
     that starts inside a line ("( pid integer ) → boolean") has the line's start put back
     ("pg_cancel_backend "), so the term of the paragraph below it is whole; where the head is
-    not known (or holds more than that line's unit) its first unit is no term."""
+    not known (or holds more than that line's unit) its first unit is no term.
+
+    `lead`: where `text` is a window that starts a paragraph (`head` ""), the block of the
+    window before that ends where it starts, which may be the term of its first paragraph
+    ("work_mem (integer)" ending one window, "Sets the base maximum amount of memory..."
+    starting the next)."""
     cut = head is None or bool(head.strip())
     if head and spans and cut:
         whole = split_sentences(head + text[: spans[0].end])
@@ -179,12 +184,21 @@ def definition_terms(
             ]
             cut = False
     terms = [""] * len(spans)
-    term = ""
+    term = "" if cut or not spans else _lead_term(lead, text[: spans[0].end])
     for i, span in enumerate(spans):
-        if i == 0 or _BLANK.search(text, spans[i - 1].end, span.start):
+        if i > 0 and _BLANK.search(text, spans[i - 1].end, span.start):
             term = "" if i == 1 and cut else _term_before(text, spans, i)
         terms[i] = term
     return terms
+
+
+def _lead_term(lead: str, first: str) -> str:
+    """The term `lead` (one block, on its own line) gives the paragraph that `first` starts."""
+    if not lead.strip() or _BLANK.search(lead.strip()):
+        return ""
+    joined = f"{lead.strip()}\n\n{first}"
+    spans = split_sentences(joined)
+    return _term_before(joined, spans, 1) if len(spans) == 2 else ""
 
 
 def paragraph_start(text: str, end: int) -> int | None:

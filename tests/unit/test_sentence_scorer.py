@@ -192,6 +192,33 @@ def test_a_window_that_starts_inside_a_term_line_reads_its_start_in_the_window_b
     assert term([other, second].__getitem__) == ""  # the row before is another document's
 
 
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_term_line_that_ends_the_window_before_defines_the_next_windows_paragraph(
+    inside: bool,
+) -> None:
+    """The windows fall anywhere: the term line may end one window and its paragraph open the
+    next, at its start or cut inside its first sentence. The term still defines the
+    paragraph's sentences, as it does when one window holds both."""
+    page = (
+        "max_prepared_transactions (integer)\n\nSets the maximum number of transactions that"
+        " can be in the prepared state simultaneously.\n\nwork_mem (integer)\n\nSets the base"
+        " maximum amount of memory to be used by a query operation before writing to temporary"
+        " disk files. The default value is four megabytes (4MB).\n"
+    )
+    paragraph = page.index("Sets the base")
+    cut = page.index("to be used") if inside else paragraph
+    # The windows overlap: the first ends a few words after the second starts.
+    first = Passage("mem#0", "mem", 0, "Memory", page[: cut + 12], 0, cut + 12)
+    second = Passage("mem#1", "mem", 1, "Memory", page[cut:], cut, len(page))
+    store = _store([first, second])
+    found = candidates(store, [(1, second)], [first, second].__getitem__)
+    by_text = {" ".join(c.text.split()): c for c in found}
+    assert by_text["The default value is four megabytes (4MB)."].term == "work_mem (integer)"
+    # Not known without the window before.
+    alone = candidates(store, [(1, second)])
+    assert all(c.term == "" for c in alone)
+
+
 def _windows(text: str, cuts: list[tuple[int, int]]) -> list[Passage]:
     """A document's overlapping windows at these (start, end) character offsets."""
     return [
