@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,13 +24,21 @@ from answer_service.cli.manual import SOURCE_URL, manual_pages
 from answer_service.cli.sglang import launcher
 from answer_service.runtime.placement import PlacementError
 from answer_service.runtime.settings import Settings
-from generation.server.host import detect_host
-from generation.server.launch import SGLangServer, SGLangServerConfig, SGLangServerError
+from generation.server.fleet import SGLangFleet
+from generation.server.host import HostFacts, detect_host
+from generation.server.launch import (
+    SGLangServer,
+    SGLangServerConfig,
+    SGLangServerError,
+    ensure_sglang_env,
+)
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 from retrieval.index.builder import build_index
 from retrieval.ingest.source import IngestOptions, open_source
 
 _READY_TIMEOUT_S = 300.0
+
+logger = logging.getLogger(__name__)
 
 
 def _readiness(url: str) -> tuple[bool, list[str]]:
@@ -114,9 +124,37 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path) -> N
         time.sleep(0.5)
 
 
+def _prepare_sglang(server: SGLangServer | SGLangFleet, host: HostFacts) -> threading.Thread:
+    """SGLang's environment and model made ready in the background (on a first run, pip
+    installs that wait mostly on the network and the disk) while the index builds."""
+
+    def prepare() -> None:
+        if not isinstance(server, SGLangServer):
+            return
+        try:
+            device = server.resolved_device(host)
+            ensure_sglang_env(server.config.cache_dir, device)
+            server.model_or_default(device)
+        except SGLangServerError as exc:
+            # Starting SGLang (step 2) tries again and reports what fails.
+            logger.warning("sglang set-up beside the index build failed error=%s", exc)
+
+    thread = threading.Thread(target=prepare, name="sglang-setup", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_demo(port: int, sglang_port: int, question: str) -> int:
     settings = Settings()
     started_s = time.monotonic()
+    host = detect_host()
+    try:
+        # As `sglang up` would: on a GPU, leaving room for the service's own models there.
+        sglang = launcher(settings, host, port=sglang_port)
+    except PlacementError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    preparing = _prepare_sglang(sglang, host)
     index_dir = settings.cache_dir / "indexes" / "postgresql-15"
     print(f"1/4 indexing the PostgreSQL 15 manual's HTML pages into {index_dir}")
     pages = manual_pages(settings.cache_dir)
@@ -128,11 +166,10 @@ def run_demo(port: int, sglang_port: int, question: str) -> int:
     state = "current, kept" if report.reused else f"built in {report.seconds:.0f} s"
     print(f"    {report.manifest.passage_count} passages ({state})")
     print(f"2/4 starting SGLang on port {sglang_port} (first run builds its environment)")
-    host = detect_host()
+    preparing.join()
     try:
-        # As `sglang up` would: on a GPU, leaving room for the service's own models there.
-        sglang_url = launcher(settings, host, port=sglang_port).start(host)
-    except (SGLangServerError, PlacementError) as exc:
+        sglang_url = sglang.start(host)
+    except SGLangServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"    SGLang at {sglang_url}")
