@@ -151,12 +151,24 @@ def exported_model(model_path: Path, cache_dir: Path, precision: Precision) -> P
     def quantize(path: Path) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        # Per output channel, in 7 bits: on CPUs without VNNI, 8-bit products can saturate.
-        quantize_dynamic(
-            plain, path, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True
-        )
+        # The quantizer logs a line per tensor through the root logger (`logging.info`); only
+        # records logged there directly are dropped, not other loggers' that reach its handlers.
+        quiet = _BelowError()
+        logging.getLogger().addFilter(quiet)
+        try:
+            # Per output channel, in 7 bits: on CPUs without VNNI, 8-bit products can saturate.
+            quantize_dynamic(
+                plain, path, weight_type=QuantType.QInt8, per_channel=True, reduce_range=True
+            )
+        finally:
+            logging.getLogger().removeFilter(quiet)
 
     return _written(folder / "model.int8.onnx", quantize)
+
+
+class _BelowError(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
 
 
 class OnnxEncoder:
