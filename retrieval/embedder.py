@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -223,7 +223,8 @@ class SentenceTransformerEmbedder:
             max_seq_length=self._config.max_seq_length,
             pad_to_multiple_of=self._config.pad_to_multiple_of,
         )
-        self._dimension = int(self._onnx.token_states(["a"], batch_size=1)[0].vector.shape[0])
+        _, sample = next(self._onnx.token_states(["a"], batch_size=1))
+        self._dimension = int(sample.vector.shape[0])
         self._tokenizer = tokenizer
 
     def _processing(self) -> dict[str, Any]:
@@ -261,12 +262,15 @@ class SentenceTransformerEmbedder:
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> Vectors:
         model = self._loaded()
+        vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        if not texts:
+            return vectors
         with self._lock:
             if self._onnx is not None:
-                found = self._onnx.token_states(list(texts), batch_size=batch_size)
-                vectors = np.stack([states.vector for states in found]) if found else None
+                for number, states in self._onnx.token_states(texts, batch_size=batch_size):
+                    vectors[number] = states.vector
             else:
-                vectors = model.encode(
+                vectors[:] = model.encode(
                     list(texts),
                     batch_size=batch_size,
                     convert_to_numpy=True,
@@ -274,14 +278,13 @@ class SentenceTransformerEmbedder:
                     show_progress_bar=False,
                     processing_kwargs=self._processing(),
                 )
-        if vectors is None:
-            return np.zeros((0, self._dimension), dtype=np.float32)
-        return _unit_rows(np.ascontiguousarray(vectors, dtype=np.float32))
+        return _unit_rows(vectors)
 
-    def _token_states(self, texts: list[str], batch_size: int) -> list[TokenStates]:
-        """Each text's vector, token states and token offsets from one pass."""
+    def _token_states(self, texts: list[str], batch_size: int) -> Iterator[tuple[int, TokenStates]]:
+        """Each text's number, vector, token states and token offsets from one pass."""
         if self._onnx is not None:
-            return self._onnx.token_states(texts, batch_size=batch_size)
+            yield from self._onnx.token_states(texts, batch_size=batch_size)
+            return
         model = self._model
         outputs = model.encode(
             texts,
@@ -297,7 +300,6 @@ class SentenceTransformerEmbedder:
             return_offsets_mapping=True,
             verbose=False,
         )
-        found = []
         for number, output in enumerate(outputs):
             ids = encoded["input_ids"][number]
             states = output["token_embeddings"][: len(ids)].float().numpy()
@@ -306,8 +308,7 @@ class SentenceTransformerEmbedder:
                 states, ids = states[:0], []
             offsets = np.array(encoded["offset_mapping"][number][: len(ids)], dtype=np.int64)
             vector = output["sentence_embedding"].float().numpy()
-            found.append(TokenStates(vector, states, offsets.reshape(-1, 2)))
-        return found
+            yield number, TokenStates(vector, states, offsets.reshape(-1, 2))
 
     def encode_with_spans(
         self,
@@ -322,22 +323,22 @@ class SentenceTransformerEmbedder:
         token inside the model's window (past `max_seq_length`) is encoded on its own."""
         self._loaded()
         texts = list(texts)
-        with self._lock:
-            found = self._token_states(texts, batch_size)
         vectors = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        pooled: list[Vectors] = []
+        pooled: list[Vectors] = [vectors[:0]] * len(texts)
         alone: list[tuple[int, int, str]] = []  # (its text's number, its row, the span's text)
-        for number, (states, text_spans) in enumerate(zip(found, spans, strict=True)):
-            vectors[number] = states.vector
-            starts, ends = states.offsets[:, 0], states.offsets[:, 1]
-            rows = np.zeros((len(text_spans), self._dimension), dtype=np.float32)
-            for row, (start, end) in enumerate(text_spans):
-                inside = (starts < end) & (ends > start)
-                if inside.any():
-                    rows[row] = states.states[inside].mean(axis=0)
-                else:
-                    alone.append((number, row, texts[number][start:end]))
-            pooled.append(rows)
+        with self._lock:
+            # Pooled as each batch comes, so only one batch's token states are held.
+            for number, states in self._token_states(texts, batch_size):
+                vectors[number] = states.vector
+                starts, ends = states.offsets[:, 0], states.offsets[:, 1]
+                rows = np.zeros((len(spans[number]), self._dimension), dtype=np.float32)
+                for row, (start, end) in enumerate(spans[number]):
+                    inside = (starts < end) & (ends > start)
+                    if inside.any():
+                        rows[row] = states.states[inside].mean(axis=0)
+                    else:
+                        alone.append((number, row, texts[number][start:end]))
+                pooled[number] = rows
         if alone:
             own = self.encode([text for _, _, text in alone], batch_size=batch_size)
             for (number, row, _), vector in zip(alone, own, strict=True):

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -192,41 +192,41 @@ class OnnxEncoder:
         except Exception as exc:  # onnxruntime raises its own untyped errors on a bad file
             raise RetrievalError(f"cannot load {model_file}: {exc}") from exc
         self._tokenizer = tokenizer
+        self._pad_id = int(tokenizer.pad_token_id or 0)
         self._max_seq_length = max_seq_length
         self._multiple = pad_to_multiple_of if pad_to_multiple_of > 1 else None
 
-    def token_states(self, texts: Sequence[str], *, batch_size: int) -> list[TokenStates]:
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        found: list[TokenStates | None] = [None] * len(texts)
-        for at in range(0, len(order), batch_size):
-            chosen = order[at : at + batch_size]
-            for number, states in zip(chosen, self._batch([texts[i] for i in chosen]), strict=True):
-                found[number] = states
-        return [states for states in found if states is not None]
-
-    def _batch(self, texts: list[str]) -> list[TokenStates]:
+    def token_states(
+        self, texts: Sequence[str], *, batch_size: int
+    ) -> Iterator[tuple[int, TokenStates]]:
+        """Each text's number and pass, a batch at a time (so a caller that keeps only what it
+        pools from the states holds one batch's): the texts tokenized once, then batched by
+        their token counts, longest first, each batch padded to its longest. Sorting by tokens
+        rather than characters padded the manual's passages 1.04x their tokens instead of
+        1.26x, in calls of 1,024 (docs/documents.md)."""
         encoded = self._tokenizer(
-            texts,
-            padding=True,
+            list(texts),
             truncation=True,
             max_length=self._max_seq_length,
-            pad_to_multiple_of=self._multiple,
             return_offsets_mapping=True,
-            return_tensors="np",
+            return_token_type_ids=True,
         )
-        feed = {name: encoded[name].astype(np.int64) for name in _INPUTS if name in encoded}
-        if "token_type_ids" not in feed:
-            feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
-        states = self._session.run(None, feed)[0]
-        mask = encoded["attention_mask"].astype(bool)
-        found = []
-        for row, used in enumerate(mask):
-            kept = states[row][used]
-            found.append(
-                TokenStates(
-                    vector=kept.mean(axis=0),
-                    states=kept,
-                    offsets=encoded["offset_mapping"][row][used].astype(np.int64),
-                )
-            )
-        return found
+        lengths = [len(ids) for ids in encoded["input_ids"]]
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        for at in range(0, len(order), batch_size):
+            chosen = order[at : at + batch_size]
+            width = max(lengths[i] for i in chosen)
+            if self._multiple is not None:
+                width = min(-(-width // self._multiple) * self._multiple, self._max_seq_length)
+            feed = {name: np.zeros((len(chosen), width), dtype=np.int64) for name in _INPUTS}
+            feed["input_ids"][:] = self._pad_id
+            for row, number in enumerate(chosen):
+                size = lengths[number]
+                feed["input_ids"][row, :size] = encoded["input_ids"][number]
+                feed["attention_mask"][row, :size] = 1
+                feed["token_type_ids"][row, :size] = encoded["token_type_ids"][number]
+            states = self._session.run(None, feed)[0]
+            for row, number in enumerate(chosen):
+                kept = states[row, : lengths[number]]
+                offsets = np.asarray(encoded["offset_mapping"][number], dtype=np.int64)
+                yield number, TokenStates(kept.mean(axis=0), kept, offsets.reshape(-1, 2))
