@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sentence_pooling import QUESTIONS, _manual, _squad, _timed
+from sentence_pooling import QUESTIONS, _timed, development_sets
 
 from answer_service.cli.manual import SOURCE_URL
 from eval.lib.data import SCIFACT_DIR, SQUAD_DIR
@@ -228,18 +228,7 @@ def main() -> None:
     embedders = {arm: SentenceTransformerEmbedder(config) for arm, config in ARMS.items()}
     for embedder in embedders.values():
         embedder.warm_up()
-    sets = {
-        "manual": (
-            open_source([_manual(args.work)], IngestOptions(source_url=SOURCE_URL)),
-            QUESTIONS,
-            [],
-        ),
-        "squad": (
-            open_source([_squad(args.work)]),
-            SQUAD_DIR / "questions.jsonl",
-            ["--part", "planner_training", "--sample", str(args.squad_sample), "--seed", "1"],
-        ),
-    }
+    sets = development_sets(args.work, args.squad_sample)
     results: dict[str, Any] = {"question_embedding": _query_ms(embedders)}
     print(json.dumps(results, indent=1), flush=True)
     fake = create_fake_sglang(FakeSGLangState(model_path=args.tokenizer))

@@ -183,6 +183,23 @@ def _squad(work: Path) -> Path:
     return corpus
 
 
+def development_sets(work: Path, squad_sample: int) -> dict[str, tuple[Any, Path, list[str]]]:
+    """Each development set: its corpus as a source, its questions, and the `answers` options
+    that pick them (the manual's 92 pages and 48 questions; SQuAD's planner-training sample)."""
+    return {
+        "manual": (
+            open_source([_manual(work)], IngestOptions(source_url=SOURCE_URL)),
+            QUESTIONS,
+            [],
+        ),
+        "squad": (
+            open_source([_squad(work)]),
+            SQUAD_DIR / "questions.jsonl",
+            ["--part", "planner_training", "--sample", str(squad_sample), "--seed", "1"],
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, required=True)
@@ -200,18 +217,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
     embedder.warm_up()
-    sets = {
-        "manual": (
-            open_source([_manual(args.work)], IngestOptions(source_url=SOURCE_URL)),
-            QUESTIONS,
-            [],
-        ),
-        "squad": (
-            open_source([_squad(args.work)]),
-            SQUAD_DIR / "questions.jsonl",
-            ["--part", "planner_training", "--sample", str(args.squad_sample), "--seed", "1"],
-        ),
-    }
+    sets = development_sets(args.work, args.squad_sample)
     results: dict[str, Any] = {}
     fake = create_fake_sglang(FakeSGLangState(model_path=args.tokenizer))
     with serve_in_thread(fake) as url:
