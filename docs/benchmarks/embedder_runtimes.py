@@ -40,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sentence_pooling import QUESTIONS, _timed, development_sets
+from sentence_pooling import (
+    QUESTIONS,
+    _timed,
+    answered,
+    commit_now,
+    development_sets,
+    write_result,
+)
 
 from answer_service.cli.manual import SOURCE_URL
 from eval.lib.data import SCIFACT_DIR, SQUAD_DIR
@@ -109,12 +116,6 @@ def _passes(index: Path, embedders: dict[str, SentenceTransformerEmbedder]) -> d
     return report
 
 
-def _commit() -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
 def _spread(values: np.ndarray) -> dict[str, float]:
     return {
         "min": round(float(values.min()), 4),
@@ -144,18 +145,6 @@ def _query_ms(embedders: dict[str, SentenceTransformerEmbedder]) -> dict[str, An
         }
         for arm, ms in spent.items()
     }
-
-
-def _answer(
-    arm: str, index: Path, questions: Path, out: Path, url: str, extra: list[str]
-) -> dict[str, Any]:
-    command = [sys.executable, "-c", _RUNTIME_PATCH, "answers", "--questions", str(questions)]
-    command += ["--index", str(index), "--answer-mode", "quote", "--sglang-url", url, *extra]
-    env = os.environ | {"BENCH_EMBEDDER": arm}
-    subprocess.run([*command, "--out", str(out)], check=True, env=env)
-    metrics = json.loads(out.read_text())["metrics"]
-    keys = ("answer_recall", "gold_in_sources", "citation_precision", "false_abstention_rate")
-    return {key: metrics[key] for key in keys} | {"by_form": metrics["by_form"]}
 
 
 def _full_builds(work: Path) -> dict[str, Any]:
@@ -220,9 +209,9 @@ def main() -> None:
     if args.full_build or args.scifact:
         result = json.loads(args.out.read_text())
         if args.full_build:
-            result["full_manual_build"] = {"commit": _commit(), **_full_builds(args.work)}
+            result["full_manual_build"] = {"commit": commit_now(), **_full_builds(args.work)}
         if args.scifact:
-            result["scifact_retrieval"] = {"commit": _commit(), **_scifact(args.work)}
+            result["scifact_retrieval"] = {"commit": commit_now(), **_scifact(args.work)}
         args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
     embedders = {arm: SentenceTransformerEmbedder(config) for arm, config in ARMS.items()}
@@ -242,21 +231,23 @@ def main() -> None:
                 entry[f"build_wall_s {arm}"] = round(time.perf_counter() - started, 1)
                 entry["passages"] = report.manifest.passage_count
                 out = args.work / f"answers-{name}-{arm}.json"
-                entry[arm] = _answer(arm, index, questions, out, url, extra)
+                entry[arm] = answered(
+                    index,
+                    questions,
+                    out,
+                    url,
+                    extra,
+                    program=("-c", _RUNTIME_PATCH),
+                    env=os.environ | {"BENCH_EMBEDDER": arm},
+                )
             if name == "manual":
                 entry["passage_passes"] = _passes(args.work / "manual-torch-float32", embedders)
             results[name] = entry
             print(name, json.dumps(entry, indent=1), flush=True)
-    result = {
-        "command": "python docs/benchmarks/embedder_runtimes.py --work DIR "
-        f"--squad-sample {args.squad_sample}",
-        "commit": _commit(),
-        "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
-        "load_1min_at_end": os.getloadavg()[0],
-        "squad_questions": f"planner_training, seeded sample of {args.squad_sample}",
-        "results": results,
-    }
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    command = "python docs/benchmarks/embedder_runtimes.py --work DIR "
+    write_result(
+        args.out, command + f"--squad-sample {args.squad_sample}", args.squad_sample, results
+    )
 
 
 if __name__ == "__main__":

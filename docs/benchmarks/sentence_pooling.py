@@ -144,10 +144,20 @@ def _doubt(index: Path, weights: Path, questions: Path, extra: list[str]) -> dic
     }
 
 
-def _answer(index: Path, questions: Path, out: Path, url: str, extra: list[str]) -> dict[str, Any]:
-    command = [sys.executable, "-m", "eval.commands.main", "answers", "--questions"]
+def answered(
+    index: Path,
+    questions: Path,
+    out: Path,
+    url: str,
+    extra: list[str],
+    *,
+    program: tuple[str, ...] = ("-m", "eval.commands.main"),
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """`answers` in quote mode over `index` (run as `python *program`), and what it measured."""
+    command = [sys.executable, *program, "answers", "--questions"]
     command += [str(questions), "--index", str(index), "--answer-mode", "quote"]
-    subprocess.run([*command, "--sglang-url", url, *extra, "--out", str(out)], check=True)
+    subprocess.run([*command, "--sglang-url", url, *extra, "--out", str(out)], check=True, env=env)
     metrics = json.loads(out.read_text())["metrics"]
     keys = ("answer_recall", "gold_in_sources", "citation_precision", "false_abstention_rate")
     return {key: metrics[key] for key in keys} | {"by_form": metrics["by_form"]}
@@ -234,7 +244,7 @@ def main() -> None:
                     entry["passage_passes"] = _passes(pooled, embedder)
             for arm, index in (("pooled", pooled), ("separate", separate)):
                 out = args.work / f"answers-{name}-{arm}.json"
-                entry[arm] = _answer(index, questions, out, url, extra)
+                entry[arm] = answered(index, questions, out, url, extra)
             if args.before_weights:
                 entry["reader_reads"] = {
                     "pooled, shipped scorer": _doubt(pooled, WEIGHTS, questions, extra),
@@ -244,19 +254,33 @@ def main() -> None:
                 }
             results[name] = entry
             print(name, json.dumps(entry, indent=1), flush=True)
-    commit = subprocess.run(
+    command = "python docs/benchmarks/sentence_pooling.py --work DIR "
+    command += f"--squad-sample {args.squad_sample}"
+    write_result(
+        args.out,
+        command + (" --answers-only" if args.answers_only else ""),
+        args.squad_sample,
+        results,
+    )
+
+
+def commit_now() -> str:
+    return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def write_result(out: Path, command: str, squad_sample: int, results: dict[str, Any]) -> None:
+    """The result JSON with its command, commit, machine and load."""
     result = {
-        "command": "python docs/benchmarks/sentence_pooling.py --work DIR "
-        f"--squad-sample {args.squad_sample}" + (" --answers-only" if args.answers_only else ""),
-        "commit": commit,
+        "command": command,
+        "commit": commit_now(),
         "machine": f"{os.cpu_count()} cores, shared with other sessions' work",
         "load_1min_at_end": os.getloadavg()[0],
-        "squad_questions": f"planner_training, seeded sample of {args.squad_sample}",
+        "squad_questions": f"planner_training, seeded sample of {squad_sample}",
         "results": results,
     }
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":
