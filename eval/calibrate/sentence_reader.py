@@ -1,25 +1,25 @@
-"""Learn the sentence reader (retrieval/sentences/reader.py) on SQuAD, on the committed split.
+"""Learn the sentence reader (retrieval/sentences/reader.py) on SQuAD v1.1 train; measure it and
+fit nothing else on the committed split of SQuAD dev.
 
-    python -m eval.calibrate.sentence_reader examples --out var/reader/examples.jsonl.gz
-    python -m eval.calibrate.sentence_reader train --examples var/reader/examples.jsonl.gz \\
-        --out-dir var/reader/run [--device auto] [--config NAME ...]
-    python -m eval.calibrate.sentence_reader ship --run var/reader/run --config NAME
+    python -m eval.calibrate.sentence_reader examples --out var/reader/dev.jsonl.gz
+    python -m eval.calibrate.sentence_reader examples --train 16000 --out var/reader/train.jsonl.gz
+    python -m eval.calibrate.sentence_reader train --examples var/reader/train.jsonl.gz \\
+        --dev var/reader/dev.jsonl.gz --questions 16000 --out-dir var/reader/q16k
+    python -m eval.calibrate.sentence_reader ship --run var/reader/q16k
 
-`examples` (needs the index: faiss, the embedder) retrieves for every question of the three
-parts as `eval.calibrate.sentence_scorer` does (hybrid, top 5) and writes each question's
-candidates with their labels (the sentence holds a gold answer string) and the shipped
-scorer's score. `train` needs torch and transformers only, so it runs where a GPU is (a
-minute there; hours on two CPU cores): for each configuration it learns the reader on the
-scorer-training articles in three folds by article (each fold's questions scored by the model
-that did not see their article: the scores the scorer's second stage is fitted on), then on
-all of them (the model that ships, which scores the planner-training and evaluation
-questions), and writes the adapters, the scores and how often the answering sentence comes
-first. Configurations are compared on the folds only. `ship` copies one configuration's
-adapter into the package and its scores beside the scorer's command (which reads them).
-
-A question's candidates are the scorer's best `depth` quotable sentences: what the reader
-reorders when it serves. It learns the softmax over them, as the scorer does: the answering
-sentences share the target.
+`examples` (needs the index: faiss, the embedder) retrieves for each question as the service
+does (hybrid, top 5) and writes its candidate sentences with their labels (the sentence holds a
+gold answer string) and the shipped scorer's score: the committed split's three parts, or with
+`--train N` the first N questions of SQuAD train in a seeded order, over an index of all of
+SQuAD train (resumable: a killed run keeps what it wrote). `train` (torch and transformers
+only) learns the reader on the first `--questions` of those, one epoch, each question's best
+answering candidate against its 3 hardest others (the scorer's best that do not hold the
+answer), as a softmax over the four; it resumes from its checkpoint. SQuAD train shares no
+article with the split, so the reader's scores of the scorer-training questions are what a
+reader that never saw their articles gives: the scorer's command fits the mix on them
+(eval/calibrate/read_mix.py). It then reports how often the answering sentence comes first on
+each part (the learning curve is this on the planner-training part). `ship` copies a run's
+adapter into the package and its scores beside the scorer's command.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import math
 import random
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,8 @@ import numpy as np
 import numpy.typing as npt
 
 from eval.calibrate.sentence_examples import examples_of, part_questions, retriever_for
-from eval.lib.data import SQUAD_DIR, shared
+from eval.lib.data import PARTS, SQUAD_DIR, SQUAD_TRAIN_DIR, shared
+from eval.lib.questions import Question, read_questions
 from retrieval.sentences.reader import ADAPTER_FILE, ReaderMeta, pair_text, write_adapter
 from retrieval.sentences.scorer import ScorerWeights, SentenceModel
 
@@ -51,19 +53,17 @@ logger = logging.getLogger(__name__)
 PACKAGE_ADAPTER = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / ADAPTER_FILE
 SCORES = Path(__file__).resolve().parents[1] / "results" / "sentence-reader-scores.json.gz"
 REPORT = Path(__file__).resolve().parents[1] / "results" / "sentence-reader.json"
-FOLDS = 3
+TRAIN_ORDER_SEED = 20261207
 
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """One question and the candidates the reader reorders (the scorer's best first)."""
+    """One question and the candidates the reader reads (the scorer's best first)."""
 
     question_id: str
     part: str
     article: str
     question: str
-    # Indices into the question's candidates, in the scorer's order.
-    indices: tuple[int, ...]
     texts: tuple[str, ...]
     titles: tuple[str, ...]
     labels: npt.NDArray[np.float64]
@@ -72,127 +72,100 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
-    name: str
     rank: int = 16
     alpha: float = 32.0
     learning_rate: float = 5e-4
-    epochs: int = 4
+    # Hard negatives per question: the scorer's best candidates that do not hold the answer.
+    negatives: int = 3
+    # Layers below this one stay frozen (no backward pass through them).
+    first_layer: int = 0
     with_title: bool = False
-    depth: int = 12
     batch_questions: int = 8
     max_tokens: int = 128
     seed: int = 0
 
 
-CONFIGS = {
-    c.name: c
-    for c in (
-        TrainConfig("r16"),
-        TrainConfig("r16-title", with_title=True),
-        TrainConfig("r32-long", rank=32, alpha=64.0, epochs=8),
-        TrainConfig("r16-fast", learning_rate=1e-3),
-    )
-}
-
-
-def read_groups(path: Path, depth: int) -> list[Group]:
+def read_groups(path: Path, depth: int | None = 12, negatives: int | None = None) -> list[Group]:
+    """Each record's quotable candidates in the scorer's order: its best `depth`, or with
+    `negatives` its best answering one followed by its best `negatives` others (a record with
+    neither is left out)."""
     groups = []
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        for line in lines:
-            raw = json.loads(line)
-            found = raw["candidates"]
-            quotable = [i for i, c in enumerate(found) if c["quotable"]]
-            quotable.sort(key=lambda i: -found[i]["score"])
-            kept = tuple(quotable[:depth])
-            groups.append(
-                Group(
-                    raw["question_id"],
-                    raw["part"],
-                    raw["article"],
-                    raw["question"],
-                    kept,
-                    tuple(found[i]["text"] for i in kept),
-                    tuple(found[i]["title"] for i in kept),
-                    np.asarray([found[i]["label"] for i in kept], dtype=np.float64),
-                    np.asarray([found[i]["score"] for i in kept], dtype=np.float64),
-                )
+    for raw in _records(path):
+        found = raw["candidates"]
+        quotable = [i for i, c in enumerate(found) if c["quotable"]]
+        quotable.sort(key=lambda i: -found[i]["score"])
+        if negatives is None:
+            kept = quotable[:depth]
+        else:
+            answering = [i for i in quotable if found[i]["label"] > 0][:1]
+            others = [i for i in quotable if found[i]["label"] <= 0][:negatives]
+            if not answering or not others:
+                continue
+            kept = answering + others
+        groups.append(
+            Group(
+                raw["question_id"],
+                raw["part"],
+                raw["article"],
+                raw["question"],
+                tuple(found[i]["text"] for i in kept),
+                tuple(found[i]["title"] for i in kept),
+                np.asarray([found[i]["label"] for i in kept], dtype=np.float64),
+                np.asarray([found[i]["score"] for i in kept], dtype=np.float64),
             )
+        )
     return groups
 
 
-def _batches(groups: Sequence[Group], size: int, rng: random.Random) -> Iterator[list[Group]]:
-    order = list(groups)
-    rng.shuffle(order)
-    for start in range(0, len(order), size):
-        yield order[start : start + size]
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The complete records of an example file; a file cut short by a killed run gives those
+    written before the cut."""
+    out = []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            for line in lines:
+                if line.endswith("\n"):
+                    out.append(json.loads(line))
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        logger.warning("examples file cut short path=%s kept=%d", path, len(out))
+    return out
 
 
-def train(
-    groups: Sequence[Group],
-    config: TrainConfig,
-    base_dir: str,
-    device: str,
-    initial: dict[str, npt.NDArray[Any]] | None = None,
-) -> Any:
-    """The reader learned on `groups` (those with an answering candidate), from the base or
-    from the adapter `initial` (of `config`'s rank)."""
+def train(groups: Sequence[Group], config: TrainConfig, base_dir: str, checkpoint: Path) -> Any:
+    """The reader learned on `groups`, one epoch in a seeded order, resumably."""
     import torch
+    from transformers import AutoModel, AutoTokenizer
 
-    from retrieval.sentences.reader_model import PairModel
+    from retrieval.sentences.reader_model import PairModel, add_adapters, train_steps
 
     torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
-    model, tokenizer = PairModel.from_base(base_dir, config.rank, config.alpha)
-    if initial is not None:
-        model.load_adapter(initial)
-    model.to(device).train()
-    usable = [g for g in groups if g.labels.any() and len(g.texts) > 1]
-    steps = config.epochs * math.ceil(len(usable) / config.batch_questions)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=0.01)
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))),
+    order = list(groups)
+    random.Random(config.seed).shuffle(order)
+    encoder = AutoModel.from_pretrained(base_dir, dtype=torch.float32)
+    add_adapters(encoder, config.rank, config.alpha, config.first_layer)
+    model, tokenizer = PairModel(encoder), AutoTokenizer.from_pretrained(base_dir)
+    size = config.batch_questions
+
+    def loss_at(step: int) -> torch.Tensor:
+        batch = order[step * size : (step + 1) * size]
+        logits = _logits(model, tokenizer, batch, config)
+        loss = torch.zeros(())
+        start = 0
+        for group in batch:
+            n = len(group.texts)
+            target = torch.tensor(group.labels / group.labels.sum(), dtype=torch.float32)
+            loss = loss - (target * torch.log_softmax(logits[start : start + n], dim=0)).sum()
+            start += n
+        return loss / len(batch)
+
+    steps = math.ceil(len(order) / size)
+    losses = train_steps(
+        model, loss_at, steps, learning_rate=config.learning_rate, checkpoint=checkpoint, clip=1.0
     )
-    use_bf16 = device.startswith("cuda")
-    step = 0
-    for epoch in range(config.epochs):
-        losses = []
-        for batch in _batches(usable, config.batch_questions, rng):
-            logits = _logits(model, tokenizer, batch, config, device, use_bf16)
-            loss = torch.zeros((), device=device)
-            start = 0
-            for group in batch:
-                n = len(group.texts)
-                target = torch.tensor(group.labels / group.labels.sum(), device=device)
-                log_p = torch.log_softmax(logits[start : start + n].float(), dim=0)
-                loss = loss - (target.float() * log_p).sum()
-                start += n
-            loss = loss / len(batch)
-            optimizer.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-            optimizer.step()
-            schedule.step()
-            losses.append(float(loss))
-            step += 1
-        logger.info(
-            "reader %s epoch=%d loss=%.4f steps=%d", config.name, epoch, np.mean(losses), step
-        )
-    return model.eval(), tokenizer
+    return model, tokenizer, losses
 
 
-def _logits(
-    model: Any,
-    tokenizer: Any,
-    batch: Sequence[Group],
-    config: TrainConfig,
-    device: str,
-    use_bf16: bool,
-) -> Any:
-    import torch
-
+def _logits(model: Any, tokenizer: Any, batch: Sequence[Group], config: TrainConfig) -> Any:
     questions = [g.question for g in batch for _ in g.texts]
     seconds = [
         pair_text(text, title, config.with_title)
@@ -206,9 +179,8 @@ def _logits(
         max_length=config.max_tokens,
         padding=True,
         return_tensors="pt",
-    ).to(device)
-    with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=use_bf16):
-        return model(**encoded)
+    )
+    return model(**encoded)
 
 
 Scores = dict[str, dict[str, float]]
@@ -216,9 +188,7 @@ Scores = dict[str, dict[str, float]]
 command looks them up by text, so they survive a re-learned scorer's other order)."""
 
 
-def score(
-    model: Any, tokenizer: Any, groups: Sequence[Group], config: TrainConfig, device: str
-) -> Scores:
+def score(model: Any, tokenizer: Any, groups: Sequence[Group], config: TrainConfig) -> Scores:
     import torch
 
     out: Scores = {}
@@ -227,8 +197,7 @@ def score(
             batch = [g for g in groups[start : start + 64] if g.texts]
             if not batch:
                 continue
-            logits = _logits(model, tokenizer, batch, config, device, device.startswith("cuda"))
-            values = logits.float().cpu().numpy().tolist()
+            values = _logits(model, tokenizer, batch, config).float().numpy().tolist()
             at = 0
             for g in batch:
                 out[g.question_id] = dict(zip(g.texts, values[at : at + len(g.texts)], strict=True))
@@ -257,125 +226,137 @@ def first_recall(
     return hits / len(groups) if groups else 0.0
 
 
-def measure(groups: Sequence[Group], reader: Scores, weights: Sequence[float]) -> dict[str, Any]:
+def measure(groups: Sequence[Group], reader: Scores) -> dict[str, Any]:
     out: dict[str, Any] = {"questions": len(groups)}
     for depth in (4, 8, 12):
         row = {"scorer": round(first_recall(groups, reader, None, depth), 4)}
         row["reader"] = round(first_recall(groups, reader, math.inf, depth), 4)
-        for w in weights:
+        for w in (0.5, 1.0, 2.0, 4.0):
             row[f"scorer+{w}*reader"] = round(first_recall(groups, reader, w, depth), 4)
         out[f"depth_{depth}"] = row
     return out
 
 
-WEIGHTS_GRID = (0.25, 0.5, 1.0, 2.0, 4.0)
-
-
-def run_train(args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval.embedder import pick_device
-
-    device = pick_device(args.device)
-    chosen = [CONFIGS[name] for name in (args.config or list(CONFIGS))]
+def run_train(args: argparse.Namespace, config: TrainConfig) -> dict[str, Any]:
+    started = time.perf_counter()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"device": device, "configs": {}}
-    all_scores: dict[str, dict[str, Scores]] = {}
-    for config in chosen:
-        started = time.perf_counter()
-        groups = read_groups(args.examples, config.depth)
-        if args.limit:
-            groups = groups[: args.limit]
-        training = [g for g in groups if g.part == "scorer_training"]
-        others = [g for g in groups if g.part != "scorer_training"]
-        articles = sorted({g.article for g in training})
-        out_of_fold: Scores = {}
-        for fold in range(FOLDS):
-            held = set(articles[fold::FOLDS])
-            model, tokenizer = train(
-                [g for g in training if g.article not in held], config, args.base, device
-            )
-            out_of_fold |= score(
-                model, tokenizer, [g for g in training if g.article in held], config, device
-            )
-        model, tokenizer = train(training, config, args.base, device)
-        shipped = score(model, tokenizer, others, config, device)
-        meta = ReaderMeta(
-            base=args.base_name,
-            rank=config.rank,
-            alpha=config.alpha,
-            max_tokens=config.max_tokens,
-            with_title=config.with_title,
-        )
-        write_adapter(args.out_dir / f"reader-{config.name}.npz", meta, model.adapter_arrays())
-        all_scores[config.name] = {"out_of_fold": out_of_fold, "shipped": shipped}
-        results["configs"][config.name] = {
-            "config": asdict(config),
-            "seconds": round(time.perf_counter() - started, 1),
-            "scorer_training_out_of_fold": measure(training, out_of_fold, WEIGHTS_GRID),
-            "planner_training": measure(
-                [g for g in others if g.part == "planner_training"], shipped, WEIGHTS_GRID
-            ),
-            "evaluation": measure(
-                [g for g in others if g.part == "evaluation"], shipped, WEIGHTS_GRID
-            ),
-        }
-        logger.info("reader %s: %s", config.name, json.dumps(results["configs"][config.name]))
-        (args.out_dir / "results.json").write_text(json.dumps(results, indent=1))
-        with gzip.open(args.out_dir / "scores.json.gz", "wt", encoding="utf-8") as f:
-            json.dump(all_scores, f)
+    training = read_groups(args.examples, negatives=config.negatives)[: args.questions]
+    model, tokenizer, losses = train(training, config, args.base, args.out_dir / "checkpoint.pt")
+    trained_s = time.perf_counter() - started
+    dev = read_groups(args.dev)
+    scores = score(model, tokenizer, dev, config)
+    meta = ReaderMeta(
+        base=args.base_name,
+        rank=config.rank,
+        alpha=config.alpha,
+        max_tokens=config.max_tokens,
+        with_title=config.with_title,
+    )
+    write_adapter(args.out_dir / ADAPTER_FILE, meta, model.adapter_arrays())
+    results: dict[str, Any] = {
+        "config": asdict(config),
+        "train_questions": len(training),
+        "train_articles": len({g.article for g in training}),
+        "train_seconds": round(trained_s, 1),
+        "loss_first_50": round(float(np.mean(losses[:50])), 4),
+        "loss_last_50": round(float(np.mean(losses[-50:])), 4),
+    }
+    for part in PARTS:
+        results[part] = measure([g for g in dev if g.part == part], scores)
+    (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    training_ids = {g.question_id for g in dev if g.part == "scorer_training"}
+    with gzip.open(args.out_dir / "scores.json.gz", "wt", encoding="utf-8") as f:
+        # "out_of_fold": scores of questions whose articles the reader never saw (all of them).
+        kept = {qid: read for qid, read in scores.items() if qid in training_ids}
+        json.dump({"config": asdict(config), "out_of_fold": kept}, f)
     return results
 
 
-async def write_examples(out: Path, top_k: int) -> int:
+def train_questions(count: int) -> list[Question]:
+    """The first `count` questions of SQuAD train in a fixed seeded order."""
+    questions = read_questions(shared(SQUAD_TRAIN_DIR / "questions.jsonl.gz"))
+    random.Random(TRAIN_ORDER_SEED).shuffle(questions)
+    return questions[:count]
+
+
+async def write_examples(out: Path, top_k: int, train_count: int) -> int:
+    """The example file `out`, for SQuAD train's first `train_count` questions (0: the split's
+    parts), continuing one a killed run left: what it holds is kept, the rest appended."""
+    if train_count:
+        corpus = shared(SQUAD_TRAIN_DIR / "passages.jsonl.gz")
+        parts = [("train", train_questions(train_count))]
+    else:
+        corpus = shared(SQUAD_DIR / "passages.jsonl")
+        parts = [(part, part_questions(part)) for part in PARTS]
+    done = await asyncio.to_thread(_restart, out)
     model = SentenceModel(ScorerWeights.read())
-    retriever = await asyncio.to_thread(retriever_for, shared(SQUAD_DIR / "passages.jsonl"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = 0
+    retriever = await asyncio.to_thread(retriever_for, corpus)
+    written = len(done)
     try:
-        with gzip.open(out, "wt", encoding="utf-8") as lines:
-            for part in ("scorer_training", "planner_training", "evaluation"):
-                for example in await examples_of(retriever, part_questions(part), top_k):
-                    q = example.question
-                    scores = model.scores(example.features).tolist() if example.found else []
-                    record = {
-                        "question_id": q.question_id,
-                        "part": part,
-                        "article": (q.gold_passage_id or "").rsplit("-", 1)[0],
-                        "question": q.question,
-                        "candidates": [
-                            {
-                                "text": c.text,
-                                "title": c.passage.title,
-                                "label": float(label),
-                                "score": float(s),
-                                "quotable": bool(c.ref.whole and c.ref.kind != "code"),
-                            }
-                            for c, label, s in zip(
-                                example.found, example.labels, scores, strict=True
-                            )
-                        ],
-                    }
-                    lines.write(json.dumps(record) + "\n")
-                    written += 1
+        for part, questions in parts:
+            todo = [q for q in questions if q.question_id not in done]
+            for at in range(0, len(todo), 500):
+                records = [
+                    _record(example, part, model)
+                    for example in await examples_of(retriever, todo[at : at + 500], top_k)
+                ]
+                # One gzip member per chunk: a run killed mid-chunk loses only that chunk.
+                with gzip.open(out, "at", encoding="utf-8") as lines:
+                    lines.writelines(json.dumps(r) + "\n" for r in records)
+                written += len(records)
+                logger.info("examples part=%s written=%d", part, written)
     finally:
         retriever.close()
     return written
 
 
-def ship(run: Path, name: str) -> None:
-    """The configuration `name` of a training run into the package (its adapter) and the
-    results (its out-of-fold scores, which the scorer's command fits the mix on, and the run's
-    report)."""
-    shutil.copyfile(run / f"reader-{name}.npz", PACKAGE_ADAPTER)
+def _restart(out: Path) -> set[str]:
+    """`out` rewritten with its complete records only (a killed run may have cut the last
+    chunk); their question ids."""
+    kept = _records(out) if out.exists() else []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    aside = out.with_suffix(".tmp")
+    with gzip.open(aside, "wt", encoding="utf-8") as lines:
+        lines.writelines(json.dumps(r) + "\n" for r in kept)
+    aside.replace(out)
+    return {r["question_id"] for r in kept}
+
+
+def _record(example: Any, part: str, model: SentenceModel) -> dict[str, Any]:
+    q = example.question
+    scores = model.scores(example.features).tolist() if example.found else []
+    return {
+        "question_id": q.question_id,
+        "part": part,
+        "article": (q.gold_passage_id or "").rsplit("-", 1)[0],
+        "question": q.question.strip(),
+        "candidates": [
+            {
+                "text": c.text,
+                "title": c.passage.title,
+                "label": float(label),
+                "score": float(s),
+                "quotable": bool(c.ref.whole and c.ref.kind != "code"),
+            }
+            for c, label, s in zip(example.found, example.labels, scores, strict=True)
+        ],
+    }
+
+
+def ship(run: Path) -> None:
+    """A training run into the package (its adapter) and the results (its scores of the
+    scorer-training questions, which the scorer's command fits the mix on, and its report)."""
+    shutil.copyfile(run / ADAPTER_FILE, PACKAGE_ADAPTER)
     with gzip.open(run / "scores.json.gz", "rt", encoding="utf-8") as f:
-        out_of_fold = json.load(f)[name]["out_of_fold"]
-    results = json.loads((run / "results.json").read_text())
+        scores = json.load(f)
     rounded = {
         qid: {text: round(value, 4) for text, value in read.items()}
-        for qid, read in out_of_fold.items()
+        for qid, read in scores["out_of_fold"].items()
     }
     with gzip.open(SCORES, "wt", encoding="utf-8") as f:
-        json.dump({"config": results["configs"][name]["config"], "out_of_fold": rounded}, f)
-    REPORT.write_text(json.dumps({"shipped": name, **results}, indent=1) + "\n")
+        json.dump({"config": scores["config"], "out_of_fold": rounded}, f)
+    results = json.loads((run / "results.json").read_text())
+    REPORT.write_text(json.dumps({"shipped": str(run), **results}, indent=1) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -384,32 +365,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     examples = commands.add_parser("examples")
     examples.add_argument("--out", type=Path, required=True)
     examples.add_argument("--top-k", type=int, default=5)
+    examples.add_argument("--train", type=int, default=0, help="SQuAD train's first N questions")
     training = commands.add_parser("train")
     training.add_argument("--examples", type=Path, required=True)
+    training.add_argument("--dev", type=Path, required=True, help="the split's example file")
+    training.add_argument("--questions", type=int, required=True)
     training.add_argument("--out-dir", type=Path, required=True)
-    training.add_argument("--device", default="auto")
+    training.add_argument("--first-layer", type=int, default=0)
+    training.add_argument("--threads", type=int, default=2)
     training.add_argument(
         "--base", default=None, help="the base encoder's folder (default: the packaged one)"
     )
     training.add_argument("--base-name", default=ReaderMeta().base)
-    training.add_argument("--config", action="append", choices=sorted(CONFIGS))
-    training.add_argument("--limit", type=int, default=0, help="first N questions (a smoke run)")
     shipping = commands.add_parser("ship")
     shipping.add_argument("--run", type=Path, required=True)
-    shipping.add_argument("--config", required=True, choices=sorted(CONFIGS))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.command == "examples":
-        print(asyncio.run(write_examples(args.out, args.top_k)), "questions written")
+        print(asyncio.run(write_examples(args.out, args.top_k, args.train)), "questions written")
     elif args.command == "train":
-        if args.base is None:
-            from retrieval.embedder import resolve_model_path
+        import torch
 
-            args.base = resolve_model_path(args.base_name)
-        results = run_train(args)
+        from retrieval.embedder import resolve_model_path
+
+        torch.set_num_threads(args.threads)
+        args.base = args.base or resolve_model_path(args.base_name)
+        results = run_train(args, TrainConfig(first_layer=args.first_layer))
         print(json.dumps(results, indent=1))
     else:
-        ship(args.run, args.config)
+        ship(args.run)
     return 0
 
 

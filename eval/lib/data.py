@@ -13,6 +13,7 @@ from typing import Literal
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 SQUAD_DIR = SHARED_DATA / "squad-v1.1-open"
+SQUAD_TRAIN_DIR = SHARED_DATA / "squad-v1.1-train"
 SCIFACT_DIR = SHARED_DATA / "scifact"
 
 

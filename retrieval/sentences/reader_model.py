@@ -6,7 +6,11 @@ wanted (reader.py loads it in `warm_up()`)."""
 
 from __future__ import annotations
 
+import logging
 import math
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +20,8 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
 from retrieval.sentences.reader_adapter import TARGETS, ReaderMeta
+
+logger = logging.getLogger(__name__)
 
 
 class LoraLinear(nn.Module):
@@ -154,3 +160,72 @@ class PairModel(nn.Module):
         if unknown:
             raise ValueError(f"the adapter has arrays this model does not: {sorted(unknown)[:3]}")
         return model, AutoTokenizer.from_pretrained(base_dir)
+
+
+def train_steps(
+    model: nn.Module,
+    loss_at: Callable[[int], torch.Tensor],
+    steps: int,
+    *,
+    learning_rate: float,
+    checkpoint: Path,
+    warmup_share: float = 0.1,
+    clip: float | None = None,
+    checkpoint_every: int = 100,
+    log_every: int = 20,
+) -> list[float]:
+    """AdamW over `model`'s trainable parameters for `steps` steps of `loss_at(step)`, the
+    learning rate warming up over `warmup_share` of them, then falling linearly to zero; the
+    losses. Every `checkpoint_every` steps and at the end, the trainable weights, optimizer,
+    schedule and losses are saved to `checkpoint` (written aside, then renamed); a run that
+    finds one resumes from its step. `loss_at` must give a step's batch as a function of the
+    step alone (a seeded order), so that a resumed run sees what the killed one would have."""
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.01)
+    warmup = max(1, int(steps * warmup_share))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))),
+    )
+    step, losses = 0, []
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["scheduler"])
+        step, losses = int(state["step"]), list(state["losses"])
+        logger.info("training resumed step=%d steps=%d", step, steps)
+    began = time.monotonic()
+    model.train()
+    while step < steps:
+        loss = loss_at(step)
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        losses.append(float(loss.detach()))
+        if step % log_every == 0:
+            logger.info(
+                "training step=%d steps=%d loss=%.4f elapsed_s=%.0f",
+                step,
+                steps,
+                float(np.mean(losses[-log_every:])),
+                time.monotonic() - began,
+            )
+        if step % checkpoint_every == 0 or step == steps:
+            state = {
+                "model": {n: t for n, t in model.state_dict().items() if n in trainable},
+                "optimizer": optimizer.state_dict(),
+                "scheduler": schedule.state_dict(),
+                "step": step,
+                "losses": losses,
+            }
+            aside = checkpoint.with_suffix(".tmp")
+            torch.save(state, aside)
+            aside.replace(checkpoint)
+    model.eval()
+    return losses

@@ -28,7 +28,6 @@ import random
 import re
 import shutil
 import string
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -212,6 +211,7 @@ def train(args: argparse.Namespace) -> None:
     import torch
 
     from retrieval.sentences.reader_adapter import read_adapter
+    from retrieval.sentences.reader_model import train_steps
     from retrieval.sentences.span_model import SpanModel
 
     torch.manual_seed(args.seed)
@@ -234,59 +234,28 @@ def train(args: argparse.Namespace) -> None:
     if args.from_reader:
         _, reader_arrays = read_adapter(None)
         model.encoder_load(reader_arrays)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=0.01)
     steps = max(1, len(train_set) * args.epochs // args.batch_size)
-    warmup = max(1, steps // 20)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup + 1)))
-    )
-    checkpoint = out_dir / "checkpoint.pt"
-    step, losses = 0, []
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(state["model"], strict=False)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, losses = int(state["step"]), list(state["losses"])
-        logger.info("resumed step=%d of %d", step, steps)
-    began = time.monotonic()
-    model.train()
-    while step < steps:
+
+    def loss_at(step: int) -> torch.Tensor:
         at = (step * args.batch_size) % len(train_set)
-        batch = train_set[at : at + args.batch_size]
-        encoded, allowed, targets = encode(tokenizer, batch, meta.max_tokens)
+        encoded, allowed, targets = encode(
+            tokenizer, train_set[at : at + args.batch_size], meta.max_tokens
+        )
         starts, ends = model(**encoded)
-        loss = torch.nn.functional.cross_entropy(
+        return torch.nn.functional.cross_entropy(
             starts.masked_fill(~allowed, -1e4), targets[:, 0]
         ) + torch.nn.functional.cross_entropy(ends.masked_fill(~allowed, -1e4), targets[:, 1])
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        scheduler.step()
-        step += 1
-        losses.append(float(loss.detach()))
-        if step % args.log_every == 0:
-            logger.info(
-                "step=%d/%d loss=%.3f elapsed_s=%.0f",
-                step,
-                steps,
-                float(np.mean(losses[-args.log_every :])),
-                time.monotonic() - began,
-            )
-        if step % args.checkpoint_every == 0 or step == steps:
-            trainable = {n: p for n, p in model.state_dict().items() if _trainable(model, n)}
-            torch.save(
-                {
-                    "model": trainable,
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "step": step,
-                    "losses": losses,
-                },
-                checkpoint.with_suffix(".tmp"),
-            )
-            checkpoint.with_suffix(".tmp").replace(checkpoint)
+
+    losses = train_steps(
+        model,
+        loss_at,
+        steps,
+        learning_rate=args.learning_rate,
+        checkpoint=out_dir / "checkpoint.pt",
+        warmup_share=0.05,
+        checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every,
+    )
     model.eval()
     scores, f1s, golds = [], [], []
     for at in range(0, len(test_set), 64):
@@ -306,10 +275,6 @@ def train(args: argparse.Namespace) -> None:
     if args.ship:
         read_span_file(out_dir / SPAN_FILE)
         shutil.copyfile(out_dir / SPAN_FILE, PACKAGE_FILE)
-
-
-def _trainable(model: Any, name: str) -> bool:
-    return any(name == n for n, p in model.named_parameters() if p.requires_grad)
 
 
 def _report(

@@ -109,3 +109,38 @@ def test_an_adapter_loaded_for_further_training_scores_as_the_served_one() -> No
     served = SentenceReader(ReaderConfig(device="cpu", dtype="float32")).scores(QUESTION, SENTENCES)
     np.testing.assert_allclose(loaded, served, atol=1e-3)
     assert not np.allclose(fresh, served, atol=1e-2)
+
+
+def test_training_killed_midway_resumes_to_the_weights_of_a_run_never_stopped(
+    tmp_path: Path,
+) -> None:
+    """`train_steps` (the reader's and the span head's loop) saves its checkpoint and a run that
+    finds one carries on from its step: the weights come out as those of one unbroken run."""
+    import torch
+
+    from retrieval.sentences.reader_model import train_steps
+
+    data = torch.randn(10, 4, generator=torch.Generator().manual_seed(1))
+
+    def run(checkpoint: Path, kill_at: int | None) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+
+        def loss_at(step: int) -> torch.Tensor:
+            if step == kill_at:
+                raise KeyboardInterrupt
+            return model(data[step : step + 1]).pow(2).sum()
+
+        train_steps(
+            model, loss_at, 10, learning_rate=0.1, checkpoint=checkpoint, checkpoint_every=3
+        )
+        return model.weight.detach().clone()
+
+    unbroken = run(tmp_path / "a.pt", None)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "b.pt", 7)
+    assert torch.load(tmp_path / "b.pt", weights_only=False)["step"] == 6
+    resumed = run(tmp_path / "b.pt", None)
+    assert torch.allclose(resumed, unbroken)
+    torch.manual_seed(0)
+    assert not torch.allclose(unbroken, torch.nn.Linear(4, 1).weight.detach())
