@@ -1,13 +1,14 @@
 """How the sentence reader's scores join the scorer's (retrieval/sentences/reader.py `ReadMix`),
 learned by `python -m eval.calibrate.sentence_scorer` on the scorer-training articles.
 
-The reader was learned on those same articles (`python -m eval.calibrate.sentence_reader`), so
-its scores of their questions would be too sure of themselves; the mix is fitted on its
-out-of-fold scores instead (each question scored by a reader that never saw its article,
-`eval/results/sentence-reader-scores.json.gz`, looked up by sentence text). Each depth, doubt
-and weight of a small grid is tried with the quote's selection chosen for it; the one whose
-quotes answer the most training questions at the median length allowed is kept, then its
-combined score is calibrated to a probability.
+The reader is learned on SQuAD train (`python -m eval.calibrate.sentence_reader`), which shares
+no article with the split, so its scores of the scorer-training questions
+(`eval/results/sentence-reader-scores.json.gz`, looked up by sentence text; the file's
+`out_of_fold` key is kept from when the reader was learned on folds of these articles) are
+those of a reader that never saw them. Each depth, doubt and weight of a small grid is tried
+with the quote's selection chosen for it; the one whose quotes answer the most training
+questions at the median length allowed is kept, then its combined score is calibrated to a
+probability.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from retrieval.sentences.scorer import Candidate, ScoredSentence, SentenceModel
 # across a grid of depths 3, 4 and 8 and doubts up to always; docs/answers.md).
 DEPTHS = (3, 4)
 DOUBTS = (0.5, 0.6, 0.8)
-WEIGHTS = (0.5, 1.0)
+WEIGHTS = (0.5, 1.0, 2.0)
 
 
 class OutOfFold:

@@ -8,7 +8,8 @@ indexes it; every question is retrieved for (hybrid, top `--top-k`), and each se
 retrieved passages is a training example, labelled by whether it holds a gold answer string
 (SQuAD normalisation). A logistic model is fitted on the scorer-training articles; the quote's
 selection and the abstention threshold are chosen on the same articles; everything is then
-measured on the evaluation articles, beside a naive picker (IDF-weighted word overlap). The
+measured on the evaluation articles (the planner-training ones with `--measure-on
+planner_training`, while choosing), beside a naive picker (IDF-weighted word overlap). The
 scorer puts the answering sentence first, calibrated to a probability (retrieval/sentences/scorer.py).
 Abstention reads the answerable model (retrieval/sentences/answerable.py): each training
 question is asked again as if its own gold document were not in the index (the rest of its
@@ -206,7 +207,8 @@ def fit_abstention(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     passages = shared(SQUAD_DIR / "passages.jsonl")
-    training, evaluation = part_questions("scorer_training"), part_questions("evaluation")
+    held = args.measure_on
+    training, evaluation = part_questions("scorer_training"), part_questions(held)
     retriever = await asyncio.to_thread(retriever_for, passages)
     try:
         train = await examples_of(retriever, training, args.top_k)
@@ -246,7 +248,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             most_false,
             threshold=threshold,
         )
-        measures[name] = {"threshold": threshold, "training": on_train, "evaluation": on_test}
+        measures[name] = {"threshold": threshold, "training": on_train, held: on_test}
     answerable = dataclasses.replace(answerable, threshold=measures["answerable"]["threshold"])
 
     def abstains(example: Example) -> bool:
@@ -271,7 +273,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         reads_test = {e.question.question_id: live(reader, e.question.question) for e in test}
         rank_train = reread_all(train, model, mix, reads_train)
         rank_test = reread_all(test, model, mix, reads_test)
-        reading["read_share_evaluation"] = round(
+        reading[f"read_share_{held}"] = round(
             sum(bool(to_read(scored(e, model), mix)) for e in test) / max(len(test), 1), 4
         )
         # The reader at equal length: answer recall and median words of the quote (without
@@ -283,7 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             for name, examples, ranked in (
                 ("scorer_training_out_of_fold", train, rank_train),
-                ("evaluation", test, rank_test),
+                (held, test, rank_test),
             )
         }
 
@@ -300,7 +302,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "questions": len(train),
                 "quote": quote_metrics(train, final(rank_train), config, abstains),
             },
-            "evaluation": {
+            held: {
                 "quote": quote_metrics(test, final(rank_test), config, abstains),
                 "quote_without_abstention": quote_metrics(test, final(rank_test), config),
                 "first_pass": first_pass,
@@ -335,6 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--max-median-words", type=float, default=34.0, help="for the quote's selection"
     )
     parser.add_argument(
+        "--measure-on",
+        choices=("planner_training", "evaluation"),
+        default="evaluation",
+        help="the part measured after fitting: planner_training while choosing, evaluation once",
+    )
+    parser.add_argument(
         "--keep-mix",
         action="store_true",
         help="keep the reader mix's depth, doubt and weight from --weights (fit only its "
@@ -364,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "split": "eval/splits/squad.json",
             "reader": args.reader,
             "keep_mix": args.keep_mix,
+            "measured_on": args.measure_on,
         },
         {"scorer_training": "articles of eval/splits/squad.json", "weights": str(args.weights)},
         {**result["metrics"], "weights": dict(zip(weights.names, weights.weights, strict=True))},
