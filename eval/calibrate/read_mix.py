@@ -3,9 +3,7 @@ learned by `python -m eval.calibrate.sentence_scorer` on the scorer-training art
 
 The reader is learned on SQuAD train (`python -m eval.calibrate.sentence_reader`), which shares
 no article with the split, so its scores of the scorer-training questions
-(`eval/results/sentence-reader-scores.json.gz`, looked up by sentence text; the file's
-`out_of_fold` key is kept from when the reader was learned on folds of these articles) are
-those of a reader that never saw them. Each depth, doubt and weight of a small grid is tried
+are those of a reader that never saw them: the shipped reader reads them as it serves. Each depth, doubt and weight of a small grid is tried
 with the quote's selection chosen for it; the one whose quotes answer the most training
 questions at the median length allowed is kept, then its combined score is calibrated to a
 probability.
@@ -14,18 +12,14 @@ probability.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import itertools
-import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from eval.calibrate.quote_metrics import platt, quote_metrics, scored, selection_for
-from eval.calibrate.sentence_reader import SCORES
 from eval.lib.metrics import answer_recall
 from retrieval.sentences.quote import QuoteConfig
 from retrieval.sentences.reader import Read, ReadMix, SentenceReader, reread
@@ -41,34 +35,18 @@ DOUBTS = (0.5, 0.6, 0.8)
 WEIGHTS = (0.5, 1.0, 2.0)
 
 
-class OutOfFold:
-    """The reader's out-of-fold scores of the scorer-training questions."""
-
-    def __init__(self, path: Path = SCORES) -> None:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            self._scores: dict[str, dict[str, float]] = json.load(f)["out_of_fold"]
-        # Sentences asked for that the file does not hold (the scorer's order changed since).
-        self.missing = 0
-
-    def read_for(self, question_id: str) -> Read:
-        known = self._scores.get(question_id, {})
-
-        def read(found: Sequence[Candidate]) -> npt.NDArray[np.float64]:
-            floor = min(known.values(), default=0.0)
-            values = []
-            for candidate in found:
-                value = known.get(candidate.text)
-                if value is None:
-                    self.missing += 1
-                    value = floor
-                values.append(value)
-            return np.asarray(values, dtype=np.float64)
-
-        return read
-
-
 def live(reader: SentenceReader, question: str) -> Read:
-    return lambda found: reader.read(question, found)
+    """The reader's scores of a question's candidates, each sentence read once (the mix's grid
+    asks for the same ones again)."""
+    known: dict[str, float] = {}
+
+    def read(found: Sequence[Candidate]) -> npt.NDArray[np.float64]:
+        todo = [c for c in found if c.text not in known]
+        if todo:
+            known.update(zip((c.text for c in todo), reader.read(question, todo), strict=True))
+        return np.asarray([known[c.text] for c in found], dtype=np.float64)
+
+    return read
 
 
 def fit_mix(
@@ -76,19 +54,12 @@ def fit_mix(
     model: SentenceModel,
     reads: dict[str, Read],
     max_median_words: float,
-    keep: ReadMix | None = None,
 ) -> tuple[ReadMix, QuoteConfig, list[dict[str, Any]]]:
-    """The mix (and the quote's selection for it) that answers the most of `examples`; with
-    `keep`, that mix's depth, doubt and weight, only its calibration and the selection fitted."""
+    """The mix (and the quote's selection for it) that answers the most of `examples`."""
     first = {e.question.question_id: scored(e, model) for e in examples}
     tried: list[dict[str, Any]] = []
     best: tuple[float, ReadMix, QuoteConfig] | None = None
-    grid = (
-        itertools.product(DEPTHS, DOUBTS, WEIGHTS)
-        if keep is None
-        else [(keep.depth, keep.doubt, keep.weight)]
-    )
-    for depth, doubt, weight in grid:
+    for depth, doubt, weight in itertools.product(DEPTHS, DOUBTS, WEIGHTS):
         mix = ReadMix(depth, doubt, weight)
         rank = lookup({qid: reread(first[qid], mix, reads[qid])[0] for qid in first})
         config = selection_for(examples, rank, max_median_words)
@@ -123,28 +94,6 @@ def reread_all(
         e.question.question_id: reread(scored(e, model), mix, reads[e.question.question_id])[0]
         for e in examples
     }
-
-
-def fit_reader(
-    train: Sequence[Any],
-    model: SentenceModel,
-    max_median_words: float,
-    keep: ReadMix | None = None,
-) -> tuple[ReadMix, QuoteConfig, dict[str, Any]]:
-    """`fit_mix` on the out-of-fold scores, and what it tried."""
-    oof = OutOfFold()
-    reads = {e.question.question_id: oof.read_for(e.question.question_id) for e in train}
-    mix, config, tried = fit_mix(train, model, reads, max_median_words, keep)
-    return (
-        mix,
-        config,
-        {
-            "mix": mix.to_json(),
-            "kept": keep is not None,
-            "tried": tried,
-            "missing_scores": oof.missing,
-        },
-    )
 
 
 def frontier(

@@ -7,19 +7,16 @@ fit nothing else on the committed split of SQuAD dev.
         --dev var/reader/dev.jsonl.gz --questions 16000 --out-dir var/reader/q16k
     python -m eval.calibrate.sentence_reader ship --run var/reader/q16k
 
-`examples` (needs the index: faiss, the embedder) retrieves for each question as the service
-does (hybrid, top 5) and writes its candidate sentences with their labels (the sentence holds a
-gold answer string) and the shipped scorer's score: the committed split's three parts, or with
-`--train N` the first N questions of SQuAD train in a seeded order, over an index of all of
-SQuAD train (resumable: a killed run keeps what it wrote). `train` (torch and transformers
-only) learns the reader on the first `--questions` of those, one epoch, each question's best
-answering candidate against its 3 hardest others (the scorer's best that do not hold the
-answer), as a softmax over the four; it resumes from its checkpoint. SQuAD train shares no
-article with the split, so the reader's scores of the scorer-training questions are what a
-reader that never saw their articles gives: the scorer's command fits the mix on them
-(eval/calibrate/read_mix.py). It then reports how often the answering sentence comes first on
-each part (the learning curve is this on the planner-training part). `ship` copies a run's
-adapter into the package and its scores beside the scorer's command.
+`examples` retrieves for each question as the service does (hybrid, top 5) and writes its
+candidate sentences, labels (holds a gold answer string) and the shipped scorer's scores: for the
+split's three parts, or with `--train N` SQuAD train's first N questions in a seeded order over
+an index of all of it (resumable). `train` (torch only) learns the reader on the first
+`--questions`, one epoch, each question's best answering candidate against its 3 hardest others
+(the scorer's best without the answer), a softmax over the four; it resumes from its
+checkpoint. SQuAD train shares no article with the split, so the reader's scores of the
+scorer-training questions are those of a reader that never saw them: the scorer's command fits
+the mix on them (read_mix.py). It reports how often the answering sentence comes first on each
+part (the learning curve: on planner-training). `ship` copies a run into the package.
 """
 
 from __future__ import annotations
@@ -51,7 +48,6 @@ from retrieval.sentences.scorer import ScorerWeights, SentenceModel
 logger = logging.getLogger(__name__)
 
 PACKAGE_ADAPTER = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / ADAPTER_FILE
-SCORES = Path(__file__).resolve().parents[1] / "results" / "sentence-reader-scores.json.gz"
 REPORT = Path(__file__).resolve().parents[1] / "results" / "sentence-reader.json"
 TRAIN_ORDER_SEED = 20261207
 
@@ -118,8 +114,7 @@ def read_groups(path: Path, depth: int | None = 12, negatives: int | None = None
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    """The complete records of an example file; a file cut short by a killed run gives those
-    written before the cut."""
+    """The complete records of an example file (those before the cut where a run was killed)."""
     out = []
     try:
         with gzip.open(path, "rt", encoding="utf-8") as lines:
@@ -264,11 +259,6 @@ def run_train(args: argparse.Namespace, config: TrainConfig) -> dict[str, Any]:
     for part in PARTS:
         results[part] = measure([g for g in dev if g.part == part], scores)
     (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    training_ids = {g.question_id for g in dev if g.part == "scorer_training"}
-    with gzip.open(args.out_dir / "scores.json.gz", "wt", encoding="utf-8") as f:
-        # "out_of_fold": scores of questions whose articles the reader never saw (all of them).
-        kept = {qid: read for qid, read in scores.items() if qid in training_ids}
-        json.dump({"config": asdict(config), "out_of_fold": kept}, f)
     return results
 
 
@@ -311,8 +301,7 @@ async def write_examples(out: Path, top_k: int, train_count: int) -> int:
 
 
 def _restart(out: Path) -> set[str]:
-    """`out` rewritten with its complete records only (a killed run may have cut the last
-    chunk); their question ids."""
+    """`out` rewritten with its complete records only; their question ids."""
     kept = _records(out) if out.exists() else []
     out.parent.mkdir(parents=True, exist_ok=True)
     aside = out.with_suffix(".tmp")
@@ -344,17 +333,8 @@ def _record(example: Any, part: str, model: SentenceModel) -> dict[str, Any]:
 
 
 def ship(run: Path) -> None:
-    """A training run into the package (its adapter) and the results (its scores of the
-    scorer-training questions, which the scorer's command fits the mix on, and its report)."""
+    """A run's adapter into the package, its report into eval/results."""
     shutil.copyfile(run / ADAPTER_FILE, PACKAGE_ADAPTER)
-    with gzip.open(run / "scores.json.gz", "rt", encoding="utf-8") as f:
-        scores = json.load(f)
-    rounded = {
-        qid: {text: round(value, 4) for text, value in read.items()}
-        for qid, read in scores["out_of_fold"].items()
-    }
-    with gzip.open(SCORES, "wt", encoding="utf-8") as f:
-        json.dump({"config": scores["config"], "out_of_fold": rounded}, f)
     results = json.loads((run / "results.json").read_text())
     REPORT.write_text(json.dumps({"shipped": str(run), **results}, indent=1) + "\n")
 

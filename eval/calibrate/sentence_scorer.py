@@ -11,21 +11,22 @@ selection and the abstention threshold are chosen on the same articles; everythi
 measured on the evaluation articles (the planner-training ones with `--measure-on
 planner_training`, while choosing), beside a naive picker (IDF-weighted word overlap). The
 scorer puts the answering sentence first, calibrated to a probability (retrieval/sentences/scorer.py).
-Abstention reads the answerable model (retrieval/sentences/answerable.py): each training
-question is asked again as if its own gold document were not in the index (the rest of its
-article, which resembles it most, stays), and a logistic model learns from the first pass
-whether the quote holds a gold answer. Its threshold answers the most questions right when
+Abstention reads the answerable model (retrieval/sentences/answerable.py), learned on the
+first `--abstention-train` questions of SQuAD train (10,000 from 400-odd articles, none in the
+split; over an index of all of SQuAD train): each is asked as it is and again as if its own gold
+document were not in the index (the rest of its article, which resembles it most, stays), and
+a logistic model learns from the first pass whether the quote holds a gold answer. Its
+threshold, chosen on the same questions, answers the most questions right when
 `--unanswerable-share` of them (one in five, as the planner benchmark asks) cannot be answered
 from the corpus, abstaining there being right, with no more than `--max-false-abstention` of the
 answerable ones whose answer was retrieved refused (the best sentence's probability beside it).
 Then the sentence reader (retrieval/sentences/reader.py, learned by
 `python -m eval.calibrate.sentence_reader`) is mixed in (eval/calibrate/read_mix.py): where
-and how much it reads and how much its score counts, fitted on its out-of-fold scores of the
-training questions, with the quote's selection chosen again for the reread order (`--keep-mix`:
-the shipped mix's depth, doubt and weight kept, where the candidates changed since those scores
-were made and they lack the new sentences; only its calibration and the selection fitted). Abstention
-still reads the first pass. The evaluation questions are read by the shipped reader itself, as
-the service reads them, beside the first pass alone (`--no-reader`: no mix is learned).
+and how much it reads and how much its score counts, fitted on the training questions as the
+shipped reader reads them (learned on SQuAD train, it never saw them), with the quote's
+selection chosen again for the reread order. Abstention still reads the first pass. The
+evaluation questions are read by the shipped reader too, beside the first pass alone
+(`--no-reader`: no mix is learned).
 The weights the service loads are written to `--weights`.
 """
 
@@ -46,9 +47,10 @@ import numpy.typing as npt
 from scipy.optimize import minimize  # type: ignore[import-untyped]
 
 from eval.calibrate.quote_metrics import naive, platt, quote_metrics, scored, selection
-from eval.calibrate.read_mix import OutOfFold, fit_reader, frontier, live, lookup, reread_all
+from eval.calibrate.read_mix import fit_mix, frontier, live, lookup, reread_all
 from eval.calibrate.sentence_examples import Example, examples_of, part_questions, retriever_for
-from eval.lib.data import SQUAD_DIR, shared
+from eval.calibrate.sentence_reader import train_questions
+from eval.lib.data import SQUAD_DIR, SQUAD_TRAIN_DIR, shared
 from eval.lib.metrics import answer_recall
 from eval.lib.results import write_result
 from retrieval.sentences.answerable import AnswerableModel, answerable_features, fit_answerable
@@ -205,6 +207,21 @@ def fit_abstention(
     return AnswerableModel(weights, mean, scale, threshold=0.0)
 
 
+async def squad_train_asked(count: int, top_k: int) -> tuple[list[Example], list[Example]]:
+    """SQuAD train's first `count` questions (sentence_reader.py's seeded order), each retrieved
+    for as it is and as if its gold document were not in the index."""
+    questions = train_questions(count)
+    retriever = await asyncio.to_thread(
+        retriever_for, shared(SQUAD_TRAIN_DIR / "passages.jsonl.gz")
+    )
+    try:
+        kept = await examples_of(retriever, questions, top_k)
+        removed = await examples_of(retriever, questions, top_k, leave_out_gold=True)
+    finally:
+        retriever.close()
+    return kept, removed
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     passages = shared(SQUAD_DIR / "passages.jsonl")
     held = args.measure_on
@@ -227,7 +244,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         retriever.close()
     share, most_false = args.unanswerable_share, args.max_false_abstention
-    answerable = fit_abstention(train, removed_train, model, chosen, args.l2)
+    learned_on, removed_on = train, removed_train
+    if args.abstention_train:
+        learned_on, removed_on = await squad_train_asked(args.abstention_train, args.top_k)
+    answerable = fit_abstention(learned_on, removed_on, model, chosen, args.l2)
 
     def evidence(ranked: list[ScoredSentence]) -> float:
         return answerable.probability(ranked)
@@ -235,11 +255,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     measures: dict[str, dict[str, Any]] = {}
     # The answerable model (what the service reads) beside the best sentence's probability.
     for name, signal in (("answerable", evidence), ("best_probability", best_probability)):
-        threshold, on_train = abstention(
+        threshold, on_learned = abstention(
+            asked(learned_on, model, chosen, signal),
+            asked(removed_on, model, chosen, signal),
+            share,
+            most_false,
+        )
+        _, on_train = abstention(
             asked(train, model, chosen, signal),
             asked(removed_train, model, chosen, signal),
             share,
             most_false,
+            threshold=threshold,
         )
         _, on_test = abstention(
             asked(test, model, chosen, signal),
@@ -249,6 +276,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             threshold=threshold,
         )
         measures[name] = {"threshold": threshold, "training": on_train, held: on_test}
+        if args.abstention_train:
+            measures[name]["squad_train"] = on_learned
     answerable = dataclasses.replace(answerable, threshold=measures["answerable"]["threshold"])
 
     def abstains(example: Example) -> bool:
@@ -264,12 +293,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rank_train: dict[str, list[ScoredSentence]] | None = None
     rank_test: dict[str, list[ScoredSentence]] | None = None
     if args.reader:
-        keep = ReadMix.read(args.weights) if args.keep_mix else None
-        mix, config, reading = fit_reader(train, model, args.max_median_words, keep)
         reader = SentenceReader(ReaderConfig(device="cpu"))
         await asyncio.to_thread(reader.warm_up)
-        oof = OutOfFold()
-        reads_train = {e.question.question_id: oof.read_for(e.question.question_id) for e in train}
+        reads_train = {e.question.question_id: live(reader, e.question.question) for e in train}
+        mix, config, tried = fit_mix(train, model, reads_train, args.max_median_words)
+        reading = {"mix": mix.to_json(), "tried": tried}
         reads_test = {e.question.question_id: live(reader, e.question.question) for e in test}
         rank_train = reread_all(train, model, mix, reads_train)
         rank_test = reread_all(test, model, mix, reads_test)
@@ -284,7 +312,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "reread": frontier(examples, lookup(ranked)),
             }
             for name, examples, ranked in (
-                ("scorer_training_out_of_fold", train, rank_train),
+                ("scorer_training", train, rank_train),
                 (held, test, rank_test),
             )
         }
@@ -328,6 +356,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--max-false-abstention", type=float, default=0.10)
     parser.add_argument(
+        "--abstention-train",
+        type=int,
+        default=10_000,
+        help="learn abstention and its threshold on SQuAD train's first N questions, each also "
+        "asked with its gold passage left out (0: on the scorer-training part)",
+    )
+    parser.add_argument(
         "--no-reader",
         dest="reader",
         action="store_false",
@@ -341,13 +376,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("planner_training", "evaluation"),
         default="evaluation",
         help="the part measured after fitting: planner_training while choosing, evaluation once",
-    )
-    parser.add_argument(
-        "--keep-mix",
-        action="store_true",
-        help="keep the reader mix's depth, doubt and weight from --weights (fit only its "
-        "calibration and the quote's selection): for when the candidates changed since the "
-        "reader's out-of-fold scores were made, which then lack the new sentences",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -371,8 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "l2": args.l2,
             "split": "eval/splits/squad.json",
             "reader": args.reader,
-            "keep_mix": args.keep_mix,
             "measured_on": args.measure_on,
+            "abstention_train": args.abstention_train,
         },
         {"scorer_training": "articles of eval/splits/squad.json", "weights": str(args.weights)},
         {**result["metrics"], "weights": dict(zip(weights.names, weights.weights, strict=True))},
