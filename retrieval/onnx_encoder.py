@@ -7,7 +7,8 @@ weights, the config, the versions that made them and `EXPORT_FORMAT`, so a chang
 exporter makes new ones; a file is written aside and renamed, so processes that export at once
 never read half of one. Only the pipelines the service knows how to finish are run here:
 a transformer, mean pooling, optionally a normalisation (what `mean_pooled` checks); any other
-stays on sentence-transformers' torch path.
+stays on sentence-transformers' torch path. The sentence reader's encoder, its adapters merged
+in, is exported the same way (`exported_model(change=...)`) and run by `cpu_session`.
 
 Why ONNX Runtime: int8 per channel ran the build's passage pass in 0.68x torch's CPU time and
 a question's embedding in 0.38x its time on these AVX2 CPUs, vectors at cosine 0.993 (median)
@@ -22,7 +23,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -89,12 +90,14 @@ def _digest(model_path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _export(model_path: Path, target: Path) -> None:
+def _export(model_path: Path, target: Path, change: Callable[[Any], object] | None) -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     # Eager attention: the exported graph then masks padding from the inputs, for any shape.
     model = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+    if change is not None:
+        change(model)
     sample = AutoTokenizer.from_pretrained(model_path)(
         ["a short text", "a somewhat longer text to export with"], padding=True, return_tensors="pt"
     )
@@ -140,11 +143,21 @@ def _written(target: Path, write: Any) -> Path:
     return target
 
 
-def exported_model(model_path: Path, cache_dir: Path, precision: Precision) -> Path:
+def exported_model(
+    model_path: Path,
+    cache_dir: Path,
+    precision: Precision,
+    *,
+    change: Callable[[Any], object] | None = None,
+    change_digest: str = "",
+) -> Path:
     """The ONNX file of `model_path`'s transformer at `precision`, exported (and quantized) on
-    first use and kept under `cache_dir`."""
-    folder = cache_dir / "onnx" / f"{model_path.name}-{_digest(model_path)}"
-    plain = _written(folder / "model.onnx", lambda path: _export(model_path, path))
+    first use and kept under `cache_dir`. `change`: done to the loaded model before it is
+    exported (the sentence reader merges its adapters), its files told apart by
+    `change_digest` (a digest of what it changes)."""
+    name = f"{model_path.name}-{_digest(model_path)}"
+    folder = cache_dir / "onnx" / (f"{name}-{change_digest}" if change_digest else name)
+    plain = _written(folder / "model.onnx", lambda path: _export(model_path, path, change))
     if precision == "float32":
         return plain
 
@@ -171,6 +184,21 @@ class _BelowError(logging.Filter):
         return record.levelno >= logging.ERROR
 
 
+def cpu_session(model_file: Path) -> Any:
+    """An ONNX Runtime session of `model_file` on the CPU, for one call at a time (its caller
+    holds a lock): threads that spin between calls would take a core from SGLang on a small
+    machine."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own untyped errors on a bad file
+        raise RetrievalError(f"cannot load {model_file}: {exc}") from exc
+
+
 class OnnxEncoder:
     """Token states and mean-pooled vectors of texts, in batches sorted by length (least
     padding), returned in the order the texts came."""
@@ -178,19 +206,7 @@ class OnnxEncoder:
     def __init__(
         self, model_file: Path, tokenizer: Any, *, max_seq_length: int, pad_to_multiple_of: int
     ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        # One call at a time (the embedder holds a lock); threads that spin between calls would
-        # take a core from SGLang on a small machine.
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            self._session = ort.InferenceSession(
-                str(model_file), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped errors on a bad file
-            raise RetrievalError(f"cannot load {model_file}: {exc}") from exc
+        self._session = cpu_session(model_file)
         self._tokenizer = tokenizer
         self._pad_id = int(tokenizer.pad_token_id or 0)
         self._max_seq_length = max_seq_length

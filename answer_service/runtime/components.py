@@ -324,6 +324,7 @@ class Components:
                 ReaderConfig(
                     adapter=settings.calibrated(SENTENCE_READER),
                     device=self.place_models().embedder.device,
+                    cache_dir=settings.cache_dir,
                 ),
                 settings.embedder_model,
             )

@@ -19,6 +19,7 @@ The adapter's file format is reader_adapter.py's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -31,7 +32,13 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from retrieval.embedder import DEFAULT_EMBEDDER, pick_device, pick_dtype, resolve_model_path
+from retrieval.embedder import (
+    DEFAULT_EMBEDDER,
+    pick_device,
+    pick_dtype,
+    pick_runtime,
+    resolve_model_path,
+)
 from retrieval.errors import RetrievalError
 from retrieval.sentences.reader_adapter import (
     ADAPTER_FILE,
@@ -166,8 +173,14 @@ class ReaderConfig:
     # The adapter file (None: the package's).
     adapter: Path | None = None
     device: str = "auto"
+    # auto: ONNX Runtime on the CPU (the merged encoder exported once, as the embedder's is:
+    # retrieval/onnx_encoder.py), torch elsewhere.
+    runtime: str = "auto"
+    # auto: int8 under ONNX Runtime; under torch, the embedder's choice (`pick_dtype`).
     dtype: str = "auto"
     batch_size: int = 16
+    # Where ONNX Runtime's exported files are kept.
+    cache_dir: Path = Path.home() / ".cache" / "answer-service"
 
 
 class SentenceReader:
@@ -201,19 +214,28 @@ class SentenceReader:
             )
         base_dir = resolve_model_path(meta.base)
         self._device = pick_device(self._config.device)
-        self._dtype = pick_dtype(self._config.dtype, self._device)
+        runtime = pick_runtime(self._config.runtime, self._device, base_dir)
+        self._dtype = pick_dtype(self._config.dtype, self._device, runtime)
         try:
-            model, tokenizer = PairModel.merged(base_dir, meta, arrays)
+            if runtime == "onnx":
+                from transformers import AutoTokenizer
+
+                self._model = _OnnxPairs(
+                    Path(base_dir), meta, arrays, self._dtype, self._config.cache_dir
+                )
+                self._tokenizer = AutoTokenizer.from_pretrained(base_dir)
+            else:
+                model, self._tokenizer = PairModel.merged(base_dir, meta, arrays)
+                self._model = model.to(self._device).eval()
         except (OSError, ValueError, KeyError) as exc:
             raise RetrievalError(f"cannot load the sentence reader: {exc}") from exc
-        self._model = model.to(self._device).eval()
-        self._tokenizer = tokenizer
         self._meta = meta
         self.scores("warm-up question", [("warm-up sentence", "")])
         logger.info(
-            "sentence reader loaded base=%s device=%s dtype=%s",
+            "sentence reader loaded base=%s device=%s runtime=%s dtype=%s",
             meta.base,
             self._device,
+            runtime,
             self._dtype,
         )
 
@@ -230,27 +252,80 @@ class SentenceReader:
         if self._model is None or self._meta is None:
             self.warm_up()
         assert self._meta is not None
-        import torch
-
         meta = self._meta
         seconds = [pair_text(text, title, meta.with_title) for text, title in sentences]
         out: list[float] = []
-        with self._lock, torch.inference_mode():
+        with self._lock:
             for start in range(0, len(seconds), self._config.batch_size):
                 batch = seconds[start : start + self._config.batch_size]
-                encoded = self._tokenizer(
-                    [question] * len(batch),
-                    batch,
-                    truncation="longest_first",
-                    max_length=meta.max_tokens,
-                    padding=True,
-                    return_tensors="pt",
-                ).to(self._device)
-                with torch.autocast(
-                    self._device.split(":")[0],
-                    dtype=torch.bfloat16,
-                    enabled=self._dtype == "bfloat16",
-                ):
-                    logits = self._model(**encoded)
-                out.extend(float(v) for v in logits.float().cpu())
+                out.extend(self._logits([question] * len(batch), batch, meta.max_tokens))
         return np.asarray(out, dtype=np.float64)
+
+    def _logits(self, questions: list[str], seconds: list[str], max_tokens: int) -> list[float]:
+        onnx = isinstance(self._model, _OnnxPairs)
+        encoded = self._tokenizer(
+            questions,
+            seconds,
+            truncation="longest_first",
+            max_length=max_tokens,
+            padding=True,
+            return_tensors="np" if onnx else "pt",
+        )
+        if onnx:
+            return [float(v) for v in self._model.logits(encoded)]
+        import torch
+
+        with (
+            torch.inference_mode(),
+            torch.autocast(
+                self._device.split(":")[0],
+                dtype=torch.bfloat16,
+                enabled=self._dtype == "bfloat16",
+            ),
+        ):
+            logits = self._model(**encoded.to(self._device))
+        return [float(v) for v in logits.float().cpu()]
+
+
+class _OnnxPairs:
+    """The reader under ONNX Runtime: the encoder with the adapters merged in, exported once
+    and kept under `cache_dir` (named by a digest of the adapter), run on the CPU; the mean of
+    its token states and the head in numpy."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        meta: ReaderMeta,
+        arrays: dict[str, npt.NDArray[Any]],
+        dtype: str,
+        cache_dir: Path,
+    ) -> None:
+        from retrieval.onnx_encoder import cpu_session, exported_model
+        from retrieval.sentences.reader_model import merge_adapters
+
+        if dtype not in ("float32", "int8"):
+            raise RetrievalError(f"reader dtype {dtype!r} does not run under ONNX Runtime")
+        encoder = {key: value for key, value in arrays.items() if not key.startswith("head/")}
+        digest = hashlib.sha256(f"{meta.alpha}/{meta.rank}".encode())
+        for key in sorted(encoder):
+            digest.update(key.encode())
+            digest.update(np.ascontiguousarray(encoder[key], dtype=np.float32).tobytes())
+        model_file = exported_model(
+            base_dir,
+            cache_dir,
+            dtype,  # type: ignore[arg-type]
+            change=lambda model: merge_adapters(model, meta.alpha / meta.rank, encoder),
+            change_digest=digest.hexdigest()[:16],
+        )
+        self._session = cpu_session(model_file)
+        self._weight = np.asarray(arrays["head/weight"], dtype=np.float32).reshape(-1)
+        self._bias = float(np.asarray(arrays["head/bias"]).reshape(-1)[0])
+
+    def logits(self, encoded: Any) -> npt.NDArray[np.float32]:
+        names = ("input_ids", "attention_mask", "token_type_ids")
+        feed = {name: np.asarray(encoded[name], dtype=np.int64) for name in names}
+        states = self._session.run(None, feed)[0]
+        mask = feed["attention_mask"][..., None].astype(np.float32)
+        pooled = (states * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)
+        out: npt.NDArray[np.float32] = pooled @ self._weight + self._bias
+        return out

@@ -42,7 +42,12 @@ def _pairs(tokenizer: Any, meta: ReaderMeta) -> Any:
     )
 
 
-def test_a_written_adapter_merges_into_the_encoder_and_scores_as_trained(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_a_written_adapter_merges_into_the_encoder_and_scores_as_trained(
+    tmp_path: Path, runtime: str
+) -> None:
+    """Under torch the adapters are merged into the weights; under ONNX Runtime the merged
+    encoder is exported (float32 here) and pooled and scored in numpy."""
     import torch
 
     from retrieval.sentences.reader_model import PairModel
@@ -62,15 +67,19 @@ def test_a_written_adapter_merges_into_the_encoder_and_scores_as_trained(tmp_pat
     write_adapter(path, meta, model.adapter_arrays())
     assert path.stat().st_size < 2_000_000
 
-    reader = SentenceReader(ReaderConfig(adapter=path, device="cpu", dtype="float32"))
-    served = reader.scores(QUESTION, SENTENCES)
+    config = ReaderConfig(
+        adapter=path, device="cpu", dtype="float32", runtime=runtime, cache_dir=tmp_path
+    )
+    served = SentenceReader(config).scores(QUESTION, SENTENCES)
     # The adapter is stored in float16: the same scores to a few thousandths, the same order.
     assert np.allclose(served, trained, atol=0.05)
     assert list(np.argsort(served)) == list(np.argsort(trained))
 
 
-def test_the_shipped_reader_prefers_the_sentence_that_answers() -> None:
-    reader = SentenceReader(ReaderConfig(device="cpu", dtype="float32"))
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_the_shipped_reader_prefers_the_sentence_that_answers(runtime: str) -> None:
+    """As it serves: torch in float32, or ONNX Runtime in int8 (the CPU's default)."""
+    reader = SentenceReader(ReaderConfig(device="cpu", runtime=runtime))
     scores = reader.scores(QUESTION, SENTENCES)
     assert int(np.argmax(scores)) == 0
     when = reader.scores(
@@ -106,7 +115,8 @@ def test_an_adapter_loaded_for_further_training_scores_as_the_served_one() -> No
     model.load_adapter(arrays)
     with torch.inference_mode():
         loaded = model(**encoded).numpy()
-    served = SentenceReader(ReaderConfig(device="cpu", dtype="float32")).scores(QUESTION, SENTENCES)
+    config = ReaderConfig(device="cpu", dtype="float32", runtime="torch")
+    served = SentenceReader(config).scores(QUESTION, SENTENCES)
     np.testing.assert_allclose(loaded, served, atol=1e-3)
     assert not np.allclose(fresh, served, atol=1e-2)
 
