@@ -25,12 +25,12 @@ from retrieval.sentences.quote import QuoteConfig
 from retrieval.sentences.reader import Read, ReadMix, SentenceReader, reread
 from retrieval.sentences.scorer import Candidate, ScoredSentence, SentenceModel
 
-# The grid. A read sentence costs about 15 ms on two AVX2 cores (one encoder pass of a ~60-token
-# pair), so at most four are read, and only in doubt (a doubt under 1: a sure scorer is not
-# read), so that most quotes keep their first token in tens of milliseconds. On the training
-# questions, reading eight or every time measured no better (0.776 to 0.782 answer recall
-# across a grid of depths 3, 4 and 8 and doubts up to always; docs/answers.md).
-DEPTHS = (3, 4)
+# The grid. Under ONNX Runtime in int8 a read of four sentences takes about 20 ms on two AVX2
+# cores (docs/benchmarks/reader-training.json), so up to six are read, only in doubt (a doubt
+# under 1: a sure scorer is not read), so that most quotes keep their first token in tens of
+# milliseconds. With the reader learned on six articles, reading eight or every time measured
+# no better (docs/answers.md); the reader learned on SQuAD train is tried again at 6.
+DEPTHS = (3, 4, 6)
 DOUBTS = (0.5, 0.6, 0.8)
 WEIGHTS = (0.5, 1.0, 2.0)
 
