@@ -346,7 +346,11 @@ class Components:
             return None
         settings = self.settings
         reader = SpanReader(
-            SpanConfig(settings.calibrated(SHORT_ANSWER), self.place_models().embedder.device),
+            SpanConfig(
+                settings.calibrated(SHORT_ANSWER),
+                self.place_models().embedder.device,
+                cache_dir=settings.cache_dir,
+            ),
             settings.embedder_model,
         )
         try:

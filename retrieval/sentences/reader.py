@@ -19,7 +19,6 @@ The adapter's file format is reader_adapter.py's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -288,9 +287,8 @@ class SentenceReader:
 
 
 class _OnnxPairs:
-    """The reader under ONNX Runtime: the encoder with the adapters merged in, exported once
-    and kept under `cache_dir` (named by a digest of the adapter), run on the CPU; the mean of
-    its token states and the head in numpy."""
+    """The reader under ONNX Runtime (`adapted_session`); the mean of its token states and the
+    head in numpy."""
 
     def __init__(
         self,
@@ -300,32 +298,18 @@ class _OnnxPairs:
         dtype: str,
         cache_dir: Path,
     ) -> None:
-        from retrieval.onnx_encoder import cpu_session, exported_model
-        from retrieval.sentences.reader_model import merge_adapters
+        from retrieval.onnx_encoder import adapted_session
 
-        if dtype not in ("float32", "int8"):
-            raise RetrievalError(f"reader dtype {dtype!r} does not run under ONNX Runtime")
-        encoder = {key: value for key, value in arrays.items() if not key.startswith("head/")}
-        digest = hashlib.sha256(f"{meta.alpha}/{meta.rank}".encode())
-        for key in sorted(encoder):
-            digest.update(key.encode())
-            digest.update(np.ascontiguousarray(encoder[key], dtype=np.float32).tobytes())
-        model_file = exported_model(
-            base_dir,
-            cache_dir,
-            dtype,  # type: ignore[arg-type]
-            change=lambda model: merge_adapters(model, meta.alpha / meta.rank, encoder),
-            change_digest=digest.hexdigest()[:16],
-        )
-        self._session = cpu_session(model_file)
+        scale = meta.alpha / meta.rank
+        self._session = adapted_session(base_dir, scale, arrays, dtype, cache_dir)
         self._weight = np.asarray(arrays["head/weight"], dtype=np.float32).reshape(-1)
         self._bias = float(np.asarray(arrays["head/bias"]).reshape(-1)[0])
 
     def logits(self, encoded: Any) -> npt.NDArray[np.float32]:
-        names = ("input_ids", "attention_mask", "token_type_ids")
-        feed = {name: np.asarray(encoded[name], dtype=np.int64) for name in names}
-        states = self._session.run(None, feed)[0]
-        mask = feed["attention_mask"][..., None].astype(np.float32)
+        from retrieval.onnx_encoder import run_states
+
+        states = run_states(self._session, encoded)
+        mask = np.asarray(encoded["attention_mask"], dtype=np.float32)[..., None]
         pooled = (states * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)
         out: npt.NDArray[np.float32] = pooled @ self._weight + self._bias
         return out

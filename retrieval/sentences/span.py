@@ -34,7 +34,13 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from retrieval.embedder import DEFAULT_EMBEDDER, pick_device, resolve_model_path
+from retrieval.embedder import (
+    DEFAULT_EMBEDDER,
+    pick_device,
+    pick_dtype,
+    pick_runtime,
+    resolve_model_path,
+)
 from retrieval.errors import RetrievalError
 from retrieval.sentences.reader_adapter import read_weights, write_weights
 
@@ -155,6 +161,10 @@ class SpanConfig:
     # The span head's file (None: the package's).
     path: Path | None = None
     device: str = "auto"
+    # As the sentence reader's (`ReaderConfig`): ONNX Runtime in int8 on the CPU, else torch.
+    runtime: str = "auto"
+    dtype: str = "auto"
+    cache_dir: Path = Path.home() / ".cache" / "answer-service"
 
 
 class SpanReader:
@@ -188,16 +198,35 @@ class SpanReader:
                 f"the span head adapts {meta.base!r}, the embedder is {self._embedder_model!r}"
             )
         self._device = pick_device(self._config.device)
+        base_dir = resolve_model_path(meta.base)
+        runtime = pick_runtime(self._config.runtime, self._device, base_dir)
+        dtype = pick_dtype(self._config.dtype, self._device, runtime)
+        scale = meta.alpha / max(meta.rank, 1)
         try:
-            scale = meta.alpha / max(meta.rank, 1)
-            model, tokenizer = SpanModel.merged(resolve_model_path(meta.base), scale, arrays)
+            if runtime == "onnx":
+                from transformers import AutoTokenizer
+
+                from retrieval.onnx_encoder import adapted_session
+
+                session = adapted_session(
+                    Path(base_dir), scale, arrays, dtype, self._config.cache_dir
+                )
+                self._model = _OnnxSpans(session, arrays)
+                self._tokenizer = AutoTokenizer.from_pretrained(base_dir)
+            else:
+                model, self._tokenizer = SpanModel.merged(base_dir, scale, arrays)
+                self._model = model.to(self._device).eval()
         except (OSError, ValueError, KeyError) as exc:
             raise RetrievalError(f"cannot load the span head: {exc}") from exc
-        self._model = model.to(self._device).eval()
-        self._tokenizer = tokenizer
         self._meta = meta
         self.spans("warm-up question?", ["A warm-up sentence."])
-        logger.info("span head loaded base=%s device=%s", meta.base, self._device)
+        logger.info(
+            "span head loaded base=%s device=%s runtime=%s dtype=%s",
+            meta.base,
+            self._device,
+            runtime,
+            dtype,
+        )
 
     def find(self, question: str, sentence: str) -> ShortSpan | None:
         """The short answer in `sentence`, where the head is sure enough of one."""
@@ -211,9 +240,8 @@ class SpanReader:
         if not sentences:
             return []
         meta = self.meta
-        import torch
-
-        with self._lock, torch.inference_mode():
+        onnx = isinstance(self._model, _OnnxSpans)
+        with self._lock:
             encoded = self._tokenizer(
                 [question] * len(sentences),
                 list(sentences),
@@ -221,12 +249,10 @@ class SpanReader:
                 max_length=meta.max_tokens,
                 padding=True,
                 return_offsets_mapping=True,
-                return_tensors="pt",
+                return_tensors="np" if onnx else "pt",
             )
             offsets = encoded.pop("offset_mapping").tolist()
-            starts, ends = self._model(**encoded.to(self._device))
-            starts_np = starts.float().cpu().numpy().astype(np.float64)
-            ends_np = ends.float().cpu().numpy().astype(np.float64)
+            starts_np, ends_np = self._logits(encoded, onnx)
         out: list[ShortSpan | None] = []
         for row, sentence in enumerate(sentences):
             ids = encoded.sequence_ids(row)
@@ -239,6 +265,34 @@ class SpanReader:
             start, end = whole_words(sentence, *char_span(offsets[row], first, last))
             out.append(ShortSpan(sentence[start:end], start, end, score))
         return out
+
+    def _logits(self, encoded: Any, onnx: bool) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        if onnx:
+            return self._model.logits(encoded)  # type: ignore[no-any-return]
+        import torch
+
+        with torch.inference_mode():
+            starts, ends = self._model(**encoded.to(self._device))
+        return (
+            starts.float().cpu().numpy().astype(np.float64),
+            ends.float().cpu().numpy().astype(np.float64),
+        )
+
+
+class _OnnxSpans:
+    """The span head under ONNX Runtime (`adapted_session`): the head's start and end logits
+    over the token states in numpy."""
+
+    def __init__(self, session: Any, arrays: dict[str, npt.NDArray[Any]]) -> None:
+        self._session = session
+        self._weight = np.asarray(arrays["head/weight"], dtype=np.float32)
+        self._bias = np.asarray(arrays["head/bias"], dtype=np.float32)
+
+    def logits(self, encoded: Any) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        from retrieval.onnx_encoder import run_states
+
+        both = (run_states(self._session, encoded) @ self._weight.T + self._bias).astype(np.float64)
+        return both[..., 0], both[..., 1]
 
 
 def with_threshold(meta: SpanMeta, threshold: float) -> SpanMeta:

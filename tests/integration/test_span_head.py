@@ -25,9 +25,10 @@ ODD = [
 ]
 
 
-@pytest.fixture(scope="module")
-def head() -> SpanReader:
-    reader = SpanReader(SpanConfig(device="cpu"))
+@pytest.fixture(scope="module", params=["torch", "onnx"])
+def head(request: pytest.FixtureRequest) -> SpanReader:
+    """As it serves: torch in float32, or ONNX Runtime in int8 (the CPU's default)."""
+    reader = SpanReader(SpanConfig(device="cpu", runtime=request.param))
     reader.warm_up()
     return reader
 
