@@ -160,6 +160,7 @@ def answered(
     subprocess.run([*command, "--sglang-url", url, *extra, "--out", str(out)], check=True, env=env)
     metrics = json.loads(out.read_text())["metrics"]
     keys = ("answer_recall", "gold_in_sources", "citation_precision", "false_abstention_rate")
+    keys += ("ttft_ms",)  # in-process, a quote's: the reader's reads and the span head's pass
     return {key: metrics[key] for key in keys} | {"by_form": metrics["by_form"]}
 
 
