@@ -221,9 +221,9 @@ def first_recall(
     return hits / len(groups) if groups else 0.0
 
 
-def measure(groups: Sequence[Group], reader: Scores) -> dict[str, Any]:
+def measure(groups: Sequence[Group], reader: Scores, most: int) -> dict[str, Any]:
     out: dict[str, Any] = {"questions": len(groups)}
-    for depth in (4, 8, 12):
+    for depth in sorted({4, most} | {d for d in (8, 12) if d <= most}):
         row = {"scorer": round(first_recall(groups, reader, None, depth), 4)}
         row["reader"] = round(first_recall(groups, reader, math.inf, depth), 4)
         for w in (0.5, 1.0, 2.0, 4.0):
@@ -238,7 +238,9 @@ def run_train(args: argparse.Namespace, config: TrainConfig) -> dict[str, Any]:
     training = read_groups(args.examples, negatives=config.negatives)[: args.questions]
     model, tokenizer, losses = train(training, config, args.base, args.out_dir / "checkpoint.pt")
     trained_s = time.perf_counter() - started
-    dev = read_groups(args.dev)
+    # Not the evaluation part: it is measured once, at the end, by the scorer's command.
+    parts = ("scorer_training", "planner_training")
+    dev = [g for g in read_groups(args.dev, depth=args.depth) if g.part in parts]
     scores = score(model, tokenizer, dev, config)
     meta = ReaderMeta(
         base=args.base_name,
@@ -256,9 +258,8 @@ def run_train(args: argparse.Namespace, config: TrainConfig) -> dict[str, Any]:
         "loss_first_50": round(float(np.mean(losses[:50])), 4),
         "loss_last_50": round(float(np.mean(losses[-50:])), 4),
     }
-    # Not the evaluation part: it is measured once, at the end, by the scorer's command.
-    for part in ("scorer_training", "planner_training"):
-        results[part] = measure([g for g in dev if g.part == part], scores)
+    for part in parts:
+        results[part] = measure([g for g in dev if g.part == part], scores, args.depth)
     (args.out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     return results
 
@@ -353,6 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     training.add_argument("--questions", type=int, required=True)
     training.add_argument("--out-dir", type=Path, required=True)
     training.add_argument("--first-layer", type=int, default=0)
+    training.add_argument(
+        "--depth", type=int, default=4, help="the scorer's best N read on the split's parts"
+    )
     training.add_argument("--threads", type=int, default=2)
     training.add_argument(
         "--base", default=None, help="the base encoder's folder (default: the packaged one)"
