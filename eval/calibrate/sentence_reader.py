@@ -188,8 +188,9 @@ def score(model: Any, tokenizer: Any, groups: Sequence[Group], config: TrainConf
 
     out: Scores = {}
     with torch.inference_mode():
-        for start in range(0, len(groups), 64):
-            batch = [g for g in groups[start : start + 64] if g.texts]
+        # A few questions a batch: each pads to its longest pair.
+        for start in range(0, len(groups), 8):
+            batch = [g for g in groups[start : start + 8] if g.texts]
             if not batch:
                 continue
             values = _logits(model, tokenizer, batch, config).float().numpy().tolist()
