@@ -29,7 +29,6 @@ import logging
 import math
 import random
 import shutil
-import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -154,10 +153,10 @@ def train(groups: Sequence[Group], config: TrainConfig, base_dir: str, checkpoin
         return loss / len(batch)
 
     steps = math.ceil(len(order) / size)
-    losses = train_steps(
+    losses, seconds = train_steps(
         model, loss_at, steps, learning_rate=config.learning_rate, checkpoint=checkpoint, clip=1.0
     )
-    return model, tokenizer, losses
+    return model, tokenizer, losses, seconds
 
 
 def _logits(model: Any, tokenizer: Any, batch: Sequence[Group], config: TrainConfig) -> Any:
@@ -234,11 +233,10 @@ def measure(groups: Sequence[Group], reader: Scores, most: int) -> dict[str, Any
 
 
 def run_train(args: argparse.Namespace, config: TrainConfig) -> dict[str, Any]:
-    started = time.perf_counter()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     training = read_groups(args.examples, negatives=config.negatives)[: args.questions]
-    model, tokenizer, losses = train(training, config, args.base, args.out_dir / "checkpoint.pt")
-    trained_s = time.perf_counter() - started
+    checkpoint = args.out_dir / "checkpoint.pt"
+    model, tokenizer, losses, trained_s = train(training, config, args.base, checkpoint)
     # Not the evaluation part: it is measured once, at the end, by the scorer's command.
     parts = ("scorer_training", "planner_training")
     dev = [g for g in read_groups(args.dev, depth=args.depth) if g.part in parts]

@@ -173,10 +173,10 @@ def train_steps(
     clip: float | None = None,
     checkpoint_every: int = 100,
     log_every: int = 20,
-) -> list[float]:
+) -> tuple[list[float], float]:
     """AdamW over `model`'s trainable parameters for `steps` steps of `loss_at(step)`, the
     learning rate warming up over `warmup_share` of them, then falling linearly to zero; the
-    losses. Every `checkpoint_every` steps and at the end, the trainable weights, optimizer,
+    losses and the seconds spent training, over every sitting of a resumed run. Every `checkpoint_every` steps and at the end, the trainable weights, optimizer,
     schedule and losses are saved to `checkpoint` (written aside, then renamed); a run that
     finds one resumes from its step. `loss_at` must give a step's batch as a function of the
     step alone (a seeded order), so that a resumed run sees what the killed one would have."""
@@ -188,13 +188,14 @@ def train_steps(
         optimizer,
         lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))),
     )
-    step, losses = 0, []
+    step, losses, before_s = 0, [], 0.0
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False)
         model.load_state_dict(state["model"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["scheduler"])
         step, losses = int(state["step"]), list(state["losses"])
+        before_s = float(state.get("seconds", 0.0))
         logger.info("training resumed step=%d steps=%d", step, steps)
     began = time.monotonic()
     model.train()
@@ -223,9 +224,10 @@ def train_steps(
                 "scheduler": schedule.state_dict(),
                 "step": step,
                 "losses": losses,
+                "seconds": before_s + time.monotonic() - began,
             }
             aside = checkpoint.with_suffix(".tmp")
             torch.save(state, aside)
             aside.replace(checkpoint)
     model.eval()
-    return losses
+    return losses, before_s + time.monotonic() - began

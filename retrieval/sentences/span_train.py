@@ -246,7 +246,7 @@ def train(args: argparse.Namespace) -> None:
             starts.masked_fill(~allowed, -1e4), targets[:, 0]
         ) + torch.nn.functional.cross_entropy(ends.masked_fill(~allowed, -1e4), targets[:, 1])
 
-    losses = train_steps(
+    losses, _ = train_steps(
         model,
         loss_at,
         steps,

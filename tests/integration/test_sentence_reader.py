@@ -149,7 +149,9 @@ def test_training_killed_midway_resumes_to_the_weights_of_a_run_never_stopped(
     unbroken = run(tmp_path / "a.pt", None)
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path / "b.pt", 7)
-    assert torch.load(tmp_path / "b.pt", weights_only=False)["step"] == 6
+    killed = torch.load(tmp_path / "b.pt", weights_only=False)
+    assert killed["step"] == 6
+    assert killed["seconds"] > 0
     resumed = run(tmp_path / "b.pt", None)
     assert torch.allclose(resumed, unbroken)
     torch.manual_seed(0)
