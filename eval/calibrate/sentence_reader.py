@@ -41,6 +41,7 @@ import numpy.typing as npt
 from eval.calibrate.sentence_examples import examples_of, part_questions, retriever_for
 from eval.lib.data import PARTS, SQUAD_DIR, SQUAD_TRAIN_DIR, shared
 from eval.lib.questions import Question, read_questions
+from eval.lib.results import measured_at
 from retrieval.sentences.reader import ADAPTER_FILE, ReaderMeta, pair_text, write_adapter
 from retrieval.sentences.scorer import ScorerWeights, SentenceModel
 
@@ -337,7 +338,8 @@ def ship(run: Path) -> None:
     """A run's adapter into the package, its report into eval/results."""
     shutil.copyfile(run / ADAPTER_FILE, PACKAGE_ADAPTER)
     results = json.loads((run / "results.json").read_text())
-    REPORT.write_text(json.dumps({"shipped": str(run), **results}, indent=1) + "\n")
+    shipped = {"shipped": str(run), "commit": measured_at(), **results}
+    REPORT.write_text(json.dumps(shipped, indent=1) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
