@@ -248,36 +248,6 @@ class OnnxEncoder:
                 yield number, TokenStates(kept.mean(axis=0), kept, offsets.reshape(-1, 2))
 
 
-def adapted_session(
-    base_dir: Path,
-    scale: float,
-    arrays: dict[str, npt.NDArray[Any]],
-    precision: str,
-    cache_dir: Path,
-) -> Any:
-    """A CPU session of `base_dir`'s encoder with the low-rank adapters and layer norms of
-    `arrays` merged in (W + scale B A; retrieval/sentences/reader_model.py): the sentence
-    reader's and the span head's. `precision`: float32 or int8 (else ValueError). Exported once per adapter (its files named by a digest of
-    the arrays), then read from `cache_dir`."""
-    from retrieval.sentences.reader_model import merge_adapters
-
-    if precision not in ("float32", "int8"):
-        raise ValueError(f"dtype {precision!r} does not run under ONNX Runtime")
-    encoder = {key: value for key, value in arrays.items() if not key.startswith("head/")}
-    digest = hashlib.sha256(f"{scale}".encode())
-    for key in sorted(encoder):
-        digest.update(key.encode())
-        digest.update(np.ascontiguousarray(encoder[key], dtype=np.float32).tobytes())
-    model_file = exported_model(
-        base_dir,
-        cache_dir,
-        precision,  # type: ignore[arg-type]
-        change=lambda model: merge_adapters(model, scale, encoder),
-        change_digest=digest.hexdigest()[:16],
-    )
-    return cpu_session(model_file)
-
-
 def run_states(session: Any, encoded: Any) -> Floats:
     """The token states of a tokenizer's numpy batch (pairs carry their token types)."""
     feed = {name: np.asarray(encoded[name], dtype=np.int64) for name in _INPUTS}

@@ -298,7 +298,7 @@ class _OnnxPairs:
         dtype: str,
         cache_dir: Path,
     ) -> None:
-        from retrieval.onnx_encoder import adapted_session
+        from retrieval.sentences.reader_adapter import adapted_session
 
         scale = meta.alpha / meta.rank
         self._session = adapted_session(base_dir, scale, arrays, dtype, cache_dir)

@@ -1,6 +1,6 @@
-"""The sentence reader's adapter file and how it was trained (reader.py reads with it,
-reader_model.py builds the torch model from it; both import this, so neither imports the other
-at load time).
+"""The sentence reader's adapter file, how it was trained, and merging it into its base encoder
+(reader.py and span.py serve it under ONNX Runtime through `adapted_session`, reader_model.py
+builds the torch model from it; all import this, so none imports another at load time).
 
 The adapter file: `lora/<module>/a` (rank x in) and `lora/<module>/b` (out x rank) per adapted
 linear layer, `norm/<module>/weight|bias` per layer norm, `head/weight|bias`, and `meta` (a JSON
@@ -10,6 +10,7 @@ string: rank, alpha, the base model, max_tokens, whether the passage title is re
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -95,3 +96,57 @@ def read_adapter(path: Path | None = None) -> tuple[ReaderMeta, dict[str, npt.ND
 
 def write_adapter(path: Path, meta: ReaderMeta, arrays: dict[str, npt.NDArray[Any]]) -> None:
     write_weights(path, meta.to_json(), arrays)
+
+
+def merge_adapters(encoder: Any, scale: float, arrays: dict[str, npt.NDArray[Any]]) -> set[str]:
+    """Add each adapter of `arrays` into its base weight (W + scale B A) of a plain `encoder`
+    and copy its layer norms in; the names used."""
+    import torch
+
+    modules = dict(encoder.named_modules())
+    used: set[str] = set()
+    with torch.no_grad():
+        for key in arrays:
+            kind, _, rest = key.partition("/")
+            name, _, part = rest.rpartition("/")
+            if kind == "lora" and part == "a":
+                a = torch.from_numpy(np.asarray(arrays[key], np.float32))
+                b = torch.from_numpy(np.asarray(arrays[f"lora/{name}/b"], np.float32))
+                modules[name].weight += scale * (b @ a)
+                used |= {key, f"lora/{name}/b"}
+            elif kind == "norm":
+                getattr(modules[name], part).copy_(
+                    torch.from_numpy(np.asarray(arrays[key], np.float32))
+                )
+                used.add(key)
+    return used
+
+
+def adapted_session(
+    base_dir: Path,
+    scale: float,
+    arrays: dict[str, npt.NDArray[Any]],
+    precision: str,
+    cache_dir: Path,
+) -> Any:
+    """A CPU session of `base_dir`'s encoder with the low-rank adapters and layer norms of
+    `arrays` merged in (`merge_adapters`): the sentence
+    reader's and the span head's. `precision`: float32 or int8 (else ValueError). Exported once per adapter (its files named by a digest of
+    the arrays), then read from `cache_dir`."""
+    from retrieval.onnx_encoder import cpu_session, exported_model
+
+    if precision not in ("float32", "int8"):
+        raise ValueError(f"dtype {precision!r} does not run under ONNX Runtime")
+    encoder = {key: value for key, value in arrays.items() if not key.startswith("head/")}
+    digest = hashlib.sha256(f"{scale}".encode())
+    for key in sorted(encoder):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(encoder[key], dtype=np.float32).tobytes())
+    model_file = exported_model(
+        base_dir,
+        cache_dir,
+        precision,  # type: ignore[arg-type]
+        change=lambda model: merge_adapters(model, scale, encoder),
+        change_digest=digest.hexdigest()[:16],
+    )
+    return cpu_session(model_file)

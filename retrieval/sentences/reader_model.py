@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
-from retrieval.sentences.reader_adapter import TARGETS, ReaderMeta
+from retrieval.sentences.reader_adapter import TARGETS, ReaderMeta, merge_adapters
 
 logger = logging.getLogger(__name__)
 
@@ -72,28 +72,6 @@ def encoder_arrays(encoder: Any) -> dict[str, npt.NDArray[np.float32]]:
             out[f"norm/{name}/weight"] = module.weight.detach().float().cpu().numpy()
             out[f"norm/{name}/bias"] = module.bias.detach().float().cpu().numpy()
     return out
-
-
-def merge_adapters(encoder: Any, scale: float, arrays: dict[str, npt.NDArray[Any]]) -> set[str]:
-    """Add each adapter of `arrays` into its base weight (W + scale B A) of a plain `encoder`
-    and copy its layer norms in; the names used."""
-    modules = dict(encoder.named_modules())
-    used: set[str] = set()
-    with torch.no_grad():
-        for key in arrays:
-            kind, _, rest = key.partition("/")
-            name, _, part = rest.rpartition("/")
-            if kind == "lora" and part == "a":
-                a = torch.from_numpy(np.asarray(arrays[key], np.float32))
-                b = torch.from_numpy(np.asarray(arrays[f"lora/{name}/b"], np.float32))
-                modules[name].weight += scale * (b @ a)
-                used |= {key, f"lora/{name}/b"}
-            elif kind == "norm":
-                getattr(modules[name], part).copy_(
-                    torch.from_numpy(np.asarray(arrays[key], np.float32))
-                )
-                used.add(key)
-    return used
 
 
 class PairModel(nn.Module):

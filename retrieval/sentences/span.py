@@ -206,7 +206,7 @@ class SpanReader:
             if runtime == "onnx":
                 from transformers import AutoTokenizer
 
-                from retrieval.onnx_encoder import adapted_session
+                from retrieval.sentences.reader_adapter import adapted_session
 
                 session = adapted_session(
                     Path(base_dir), scale, arrays, dtype, self._config.cache_dir

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
-from retrieval.sentences.reader_model import add_adapters, encoder_arrays, merge_adapters
+from retrieval.sentences.reader_adapter import merge_adapters
+from retrieval.sentences.reader_model import add_adapters, encoder_arrays
 
 
 class SpanModel(nn.Module):
