@@ -52,7 +52,7 @@ from eval.calibrate.sentence_examples import Example, examples_of, part_question
 from eval.calibrate.sentence_reader import train_questions
 from eval.lib.data import SQUAD_DIR, SQUAD_TRAIN_DIR, shared
 from eval.lib.metrics import answer_recall
-from eval.lib.results import write_result
+from eval.lib.results import measured_at, write_result
 from retrieval.sentences.answerable import AnswerableModel, answerable_features, fit_answerable
 from retrieval.sentences.quote import QuoteConfig, select_quote
 from retrieval.sentences.reader import ReaderConfig, ReadMix, SentenceReader, to_read
@@ -379,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # Before the weights file is written, which would make every run's tree dirty.
+    commit = measured_at()
     result = asyncio.run(run(args))
     weights: ScorerWeights = result["weights"]
     config: QuoteConfig = result["config"]
@@ -404,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         {"scorer_training": "articles of eval/splits/squad.json", "weights": str(args.weights)},
         {**result["metrics"], "weights": dict(zip(weights.names, weights.weights, strict=True))},
+        commit=commit,
     )
     print(json.dumps(result["metrics"], indent=2))
     return 0

@@ -64,11 +64,13 @@ def write_result(
     dataset: dict[str, Any],
     metrics: dict[str, Any],
     extra: dict[str, Any] | None = None,
+    commit: str | None = None,
 ) -> None:
-    """Write the result JSON; `extra` adds top-level keys (e.g. the raw per-request records)."""
+    """Write the result JSON; `extra` adds top-level keys (e.g. the raw per-request records);
+    `commit`: `measured_at()` taken before the command wrote any file of its own (else now)."""
     result = {
         "command": command,
-        "commit": measured_at(),
+        "commit": commit or measured_at(),
         "metrics": metrics,
         "config": config,
         "dataset": dataset,
