@@ -130,9 +130,9 @@ def adapted_session(
     cache_dir: Path,
 ) -> Any:
     """A CPU session of `base_dir`'s encoder with the low-rank adapters and layer norms of
-    `arrays` merged in (`merge_adapters`): the sentence
-    reader's and the span head's. `precision`: float32 or int8 (else ValueError). Exported once per adapter (its files named by a digest of
-    the arrays), then read from `cache_dir`."""
+    `arrays` merged in (`merge_adapters`): the sentence reader's and the span head's.
+    `precision`: float32 or int8 (else ValueError). Exported once per adapter (its files named
+    by a digest of the arrays), then read from `cache_dir`."""
     from retrieval.onnx_encoder import cpu_session, exported_model
 
     if precision not in ("float32", "int8"):
