@@ -1,5 +1,7 @@
-"""`answer-service reranker train`: fine-tune a cross-encoder on a corpus's relevance judgments
-and save it beside the index, where the service can load it by path."""
+"""`answer-service reranker train`: train a reranker on relevance judgments, from one or more
+(index, queries, qrels) sources: a full fine-tune of the packaged MiniLM saved as a CrossEncoder
+folder the service loads by path, or with `--builtin` the adapter file the builtin reranker
+ships (`ANSWER_RERANKER_MODEL=builtin`; copy `reranker.npz` over retrieval/rerank/'s)."""
 
 from __future__ import annotations
 
@@ -17,15 +19,30 @@ def add_reranker_commands(subparsers: Any) -> None:
     commands = reranker.add_subparsers(dest="reranker_command", required=True)
     train = commands.add_parser(
         "train",
-        help="fine-tune MiniLM as a cross-encoder on BEIR judgments, with mined hard negatives",
+        help="train MiniLM as a cross-encoder on BEIR judgments, with mined hard negatives",
+        description="Each --index goes with the --queries and --qrels given in the same place "
+        "(repeat the three for each source). Queries may carry `answers` (a list of strings): "
+        "a passage holding one is never a negative. A --builtin run resumes from its "
+        "checkpoint in --out.",
     )
-    train.add_argument("--index", type=Path, required=True, help="index directory")
-    train.add_argument("--queries", type=Path, required=True, help="BEIR queries JSONL")
-    train.add_argument("--qrels", type=Path, required=True, help="BEIR qrels TSV with header")
-    train.add_argument("--out", type=Path, default=None, help="default: INDEX/reranker")
+    train.add_argument("--index", type=Path, action="append", required=True, help="index")
+    train.add_argument(
+        "--queries", type=Path, action="append", required=True, help="BEIR queries JSONL(.gz)"
+    )
+    train.add_argument(
+        "--qrels", type=Path, action="append", required=True, help="BEIR qrels TSV(.gz), header"
+    )
+    train.add_argument("--out", type=Path, default=None, help="default: (first) INDEX/reranker")
+    train.add_argument(
+        "--builtin",
+        action="store_true",
+        help="train the builtin reranker's adapters instead of every weight",
+    )
     # Unset options keep `TrainingConfig`'s defaults (not repeated here, nor imported yet).
     train.add_argument("--epochs", type=int)
-    train.add_argument("--max-train-queries", type=int, help="default: all")
+    train.add_argument("--max-train-queries", type=int, help="per source; default: all")
+    train.add_argument("--max-held-out-queries", type=int, help="per source; default: all")
+    train.add_argument("--first-layer", type=int, help="--builtin: the first adapted layer")
     train.add_argument(
         "--candidates", type=int, help="passages retrieved per query: mined, then reranked"
     )
@@ -36,8 +53,11 @@ def add_reranker_commands(subparsers: Any) -> None:
 
 
 _CONFIG_OPTIONS = (
+    "builtin",
     "epochs",
     "max_train_queries",
+    "max_held_out_queries",
+    "first_layer",
     "candidates",
     "negatives_per_query",
     "max_tokens",
@@ -53,16 +73,23 @@ def _train(args: argparse.Namespace) -> int:
     from retrieval.errors import RetrievalError
     from retrieval.rerank.training import (
         REPORT_FILE,
+        Source,
         TrainingConfig,
         load_judgments,
         train_reranker,
     )
 
-    out_dir: Path = args.out or args.index / DEFAULT_MODEL_DIR
+    if not len(args.index) == len(args.queries) == len(args.qrels):
+        print("error: give --queries and --qrels once for each --index", file=sys.stderr)
+        return 2
+    out_dir: Path = args.out or args.index[0] / DEFAULT_MODEL_DIR
     try:
         config = TrainingConfig(**_given(args, _CONFIG_OPTIONS))
-        judgments = load_judgments(args.queries, args.qrels)
-        report = train_reranker(args.index, judgments, config, out_dir)
+        sources = [
+            Source(index, tuple(load_judgments(queries, qrels)))
+            for index, queries, qrels in zip(args.index, args.queries, args.qrels, strict=True)
+        ]
+        report = train_reranker(sources, config, out_dir)
         (out_dir / REPORT_FILE).write_text(report.to_json() + "\n", encoding="utf-8")
     except (RetrievalError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -75,7 +102,12 @@ def _train(args: argparse.Namespace) -> int:
         f"doc level:\n"
         f"  retrieval order  nDCG@10 {before.ndcg:.4f}  MRR@10 {before.mrr:.4f}\n"
         f"  reranked         nDCG@10 {after.ndcg:.4f}  MRR@10 {after.mrr:.4f}\n"
-        f"rerank latency, {report.candidates} passages, median ({report.rerank_dtype}): "
+        + "".join(
+            f"  {source.index_dir}: {source.held_out_queries} held out, nDCG@10 "
+            f"{source.before.ndcg:.4f} -> {source.after.ndcg:.4f}\n"
+            for source in report.sources
+        )
+        + f"rerank latency, {report.candidates} passages, median ({report.rerank_dtype}): "
         f"{report.rerank_ms_median:.0f} ms\n"
         f"report: {out_dir / REPORT_FILE}"
     )

@@ -235,4 +235,5 @@ def reranker_config(settings: Settings, *, device: str) -> RerankerConfig:
     return RerankerConfig(
         model=settings.reranker_model,
         device=device,
+        cache_dir=settings.cache_dir,
     )

@@ -176,7 +176,8 @@ class Settings(BaseSettings):
     # A registered search mode (retrieval/search/modes.py): dense, lexical, or hybrid (the
     # reciprocal-rank fusion of dense and BM25 lists); an index without BM25 serves dense.
     retrieval_mode: str = "hybrid"
-    # A sentence-transformers CrossEncoder by hub id or folder; None turns the stage off.
+    # `builtin` (the packaged MiniLM with the shipped adapters: retrieval/rerank/builtin.py), or
+    # a sentence-transformers CrossEncoder by hub id or folder; None turns the stage off.
     # Loaded in the background after warm-up; where it cannot load, the service says so once
     # and answers without it.
     reranker_model: str | None = DEFAULT_RERANKER

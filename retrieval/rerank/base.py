@@ -1,6 +1,8 @@
 """Reranking: reorders a search's candidates for a query. One protocol; the implementation is
 chosen by `RerankerConfig.kind` in `build_reranker` (rerank/factory.py) and handed to the retriever whole.
 
+    builtin         the packaged MiniLM with the shipped adapters, a cross-encoder learned
+                    here (rerank/builtin.py): the model `builtin` names it
     cross_encoder   a sentence-transformers CrossEncoder by hub id or folder (scores each
                     (query, passage) pair jointly: the costliest retrieval knob)
     sentence        the sentence scorer's best sentences per passage, mixed with the retrieved
@@ -20,6 +22,7 @@ from retrieval.passage import ScoredPassage
 
 logger = logging.getLogger(__name__)
 
+# The builtin reranker (rerank/builtin.py); a hub id or folder names a CrossEncoder instead.
 DEFAULT_RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RerankerKind = Literal["cross_encoder", "sentence"]
 
@@ -55,3 +58,7 @@ class RerankerConfig:
     batch_size: int = 32
     # The sentence reranker's scorer weights (default: the package's).
     scorer_file: Path | None = None
+    # The builtin reranker's adapter file (default: the package's) and where ONNX Runtime's
+    # export of it is kept.
+    adapter: Path | None = None
+    cache_dir: Path = Path.home() / ".cache" / "answer-service"

@@ -8,6 +8,7 @@ import logging
 from retrieval.errors import RetrievalError
 from retrieval.index.loaded import LoadedIndex
 from retrieval.rerank.base import Reranker, RerankerConfig
+from retrieval.rerank.builtin import BUILTIN, BuiltinReranker
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
 from retrieval.rerank.sentence import PassageMix, SentenceReranker
 from retrieval.sentences.scorer import ScorerWeights
@@ -22,6 +23,8 @@ def build_reranker(config: RerankerConfig, index: LoadedIndex | None = None) -> 
         if index is None:
             raise RetrievalError("the sentence reranker needs the index it reranks")
         return SentenceReranker(index, ScorerWeights.read(config.scorer_file), PassageMix.read())
+    if config.kind == "cross_encoder" and config.model == BUILTIN:
+        return BuiltinReranker(config)
     if config.kind == "cross_encoder":
         if config.model is None:
             raise RetrievalError("a cross-encoder reranker needs a model")

@@ -1,17 +1,24 @@
-"""Fine-tuning a cross-encoder reranker on a corpus's own relevance judgments.
+"""Training a reranker on relevance judgments: one or more (index, judgments) sources.
 
-No cross-encoder can be downloaded everywhere, so one is trained: the packaged MiniLM encoder
-with a fresh one-logit head, fine-tuned with sentence-transformers' `CrossEncoderTrainer` and
-`BinaryCrossEntropyLoss` on (query, passage, label) pairs. Positives are passages of relevant
-documents; hard negatives are the best-ranked passages of other documents, both mined with the
-project's hybrid retriever over the same index. The model is saved as an ordinary
-`CrossEncoder` folder, which `CrossEncoderReranker` loads by path.
+No cross-encoder can be downloaded everywhere, so one is trained from the packaged MiniLM
+encoder, in one of two ways on the same mined examples:
+
+    full     a fresh one-logit head and every weight fine-tuned with sentence-transformers'
+             `CrossEncoderTrainer` and `BinaryCrossEntropyLoss` on (query, passage, label)
+             pairs, saved as an ordinary `CrossEncoder` folder that `CrossEncoderReranker`
+             loads by path
+    builtin  low-rank adapters and a head (builtin_training.py), saved as the adapter file the
+             builtin reranker ships (rerank/builtin.py); resumable
+
+Positives are passages of relevant documents (those holding an answer, where the query says
+what answers it); hard negatives are the best-ranked passages of other documents that hold no
+answer, both mined with the project's hybrid retriever over the source's index.
 
 Splits, by query id, never by position: `held_out_fraction` of the queries (chosen by a hash
 of the id, so a query stays on its side however the file is ordered or capped) are neither
 trained on nor used to pick the checkpoint; they only measure the result, at document level,
 before (hybrid order) and after reranking. A `dev_fraction` of the training queries picks the
-checkpoint.
+checkpoint (full training only).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ from retrieval.judgments import read_qrels, read_queries
 from retrieval.passage import Passage, ScoredPassage
 from retrieval.relevance import RelevanceScores, binary_qrels, doc_ranking, score_rankings
 from retrieval.rerank.base import RerankerConfig, RerankRequest
+from retrieval.rerank.builtin import ADAPTER_FILE, BuiltinReranker
+from retrieval.rerank.builtin_training import fit_builtin
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
 from retrieval.retriever import Retriever
 
@@ -63,6 +72,16 @@ class Judgment:
     query_id: str
     query: str
     relevant_doc_ids: frozenset[str]
+    # Strings that answer it, where known: a passage holding one is never a negative.
+    answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Judgments over the index their documents are in."""
+
+    index_dir: Path
+    judgments: tuple[Judgment, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +99,20 @@ class TrainingConfig:
     held_out_fraction: float = 0.2
     dev_fraction: float = 0.1
     seed: int = 12
+    # Caps per source: training (and dev) queries, in a hashed order spread over the file;
+    # held-out queries measured.
     max_train_queries: int | None = None
+    max_held_out_queries: int | None = None
     base_model: str = DEFAULT_EMBEDDER
     # auto: bf16 autocast on CUDA and CPUs with native bf16, like the service's reranker.
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # The builtin reranker's adapter (builtin_training.py) instead of full fine-tuning: its
+    # rank, scale, the first layer that carries adapters and its learning rate.
+    builtin: bool = False
+    rank: int = 16
+    alpha: float = 32.0
+    first_layer: int = 2
+    adapter_learning_rate: float = 5e-4
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.held_out_fraction < 1.0 or not 0.0 <= self.dev_fraction < 1.0:
@@ -109,8 +138,20 @@ class MinedExample:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceReport:
+    index_dir: str
+    train_queries: int
+    held_out_queries: int
+    before: RelevanceScores
+    after: RelevanceScores
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingReport:
+    """Over all sources (pooled), and each source's held-out measure in `sources`."""
+
     model_dir: str
+    kind: str
     train_queries: int
     dev_queries: int
     held_out_queries: int
@@ -125,6 +166,7 @@ class TrainingReport:
     rerank_ms_median: float
     train_query_ids: tuple[str, ...]
     held_out_query_ids: tuple[str, ...]
+    sources: tuple[SourceReport, ...]
     config: TrainingConfig
 
     def to_json(self) -> str:
@@ -141,7 +183,7 @@ def load_judgments(queries: Path, qrels: Path) -> list[Judgment]:
             doc for doc, grade in grades.get(query.query_id, {}).items() if grade > 0
         )
         if relevant:
-            judgments.append(Judgment(query.query_id, query.text, relevant))
+            judgments.append(Judgment(query.query_id, query.text, relevant, query.answers))
     return judgments
 
 
@@ -152,14 +194,32 @@ def hash_fraction(key: str) -> float:
 
 
 def split_judgments(judgments: Sequence[Judgment], config: TrainingConfig) -> JudgmentSplit:
-    """Held out by hash of the query id; `max_train_queries` caps the rest, in file order."""
+    """Held out by hash of the query id; the caps take the first queries of each side in an
+    order hashed from their ids (so a cap spreads over a file sorted by topic)."""
     held_out = [j for j in judgments if hash_fraction(j.query_id) < config.held_out_fraction]
     rest = [j for j in judgments if hash_fraction(j.query_id) >= config.held_out_fraction]
     if config.max_train_queries is not None:
-        rest = rest[: config.max_train_queries]
+        rest = _first(rest, config.max_train_queries)
+    if config.max_held_out_queries is not None:
+        held_out = _first(held_out, config.max_held_out_queries)
     dev = [j for j in rest if hash_fraction(f"dev:{j.query_id}") < config.dev_fraction]
     train = [j for j in rest if hash_fraction(f"dev:{j.query_id}") >= config.dev_fraction]
     return JudgmentSplit(tuple(train), tuple(dev), tuple(held_out))
+
+
+def _first(judgments: Sequence[Judgment], count: int) -> list[Judgment]:
+    """The first `count` in hashed order, kept in file order."""
+    kept = set(
+        sorted(
+            range(len(judgments)), key=lambda i: hash_fraction(f"order:{judgments[i].query_id}")
+        )[:count]
+    )
+    return [j for i, j in enumerate(judgments) if i in kept]
+
+
+def holds_answer(text: str, answers: Sequence[str]) -> bool:
+    folded = text.casefold()
+    return any(answer.casefold() in folded for answer in answers)
 
 
 def mine_examples(
@@ -169,19 +229,27 @@ def mine_examples(
     negatives_per_query: int,
 ) -> list[MinedExample]:
     """Positives: retrieved passages of relevant documents, or else each relevant document's
-    first passage. Hard negatives: the best-ranked passage of each of the first
-    `negatives_per_query` retrieved documents that are not relevant."""
+    first passage (where the judgment has answers, those holding one, if any does). Hard
+    negatives: the best-ranked passage of each of the first `negatives_per_query` retrieved
+    documents that are not relevant and hold no answer."""
     examples = []
     for judgment in judgments:
         retrieved = candidates.get(judgment.query_id, ())
-        relevant = judgment.relevant_doc_ids
+        relevant, answers = judgment.relevant_doc_ids, judgment.answers
         positives = [s.passage for s in retrieved if s.passage.doc_id in relevant]
         if not positives:
             positives = [first_passages[d] for d in sorted(relevant) if d in first_passages]
+        answering = [p for p in positives if holds_answer(p.text, answers)]
+        positives = answering or positives
         negatives: dict[str, Passage] = {}
         for scored in retrieved:
-            if scored.passage.doc_id not in relevant and len(negatives) < negatives_per_query:
-                negatives.setdefault(scored.passage.doc_id, scored.passage)
+            passage = scored.passage
+            if (
+                passage.doc_id not in relevant
+                and len(negatives) < negatives_per_query
+                and not holds_answer(passage.text, answers)
+            ):
+                negatives.setdefault(passage.doc_id, passage)
         if positives:
             examples.append(
                 MinedExample(
@@ -351,11 +419,15 @@ def _save_atomically(model: Any, out_dir: Path) -> None:
 
 
 def _rerank_all(
-    model_dir: Path, judgments: Sequence[Judgment], candidates: Candidates
+    model_dir: Path, config: TrainingConfig, judgments: Sequence[Judgment], candidates: Candidates
 ) -> tuple[dict[str, list[str]], list[float]]:
     """Doc rankings after reranking each query's candidates, and each call's latency in ms."""
     # As the service will run it: its default passage length and dtype.
-    reranker = CrossEncoderReranker(str(model_dir), RerankerConfig(model=str(model_dir)))
+    reranker: BuiltinReranker | CrossEncoderReranker
+    if config.builtin:
+        reranker = BuiltinReranker(RerankerConfig(), adapter=model_dir / ADAPTER_FILE)
+    else:
+        reranker = CrossEncoderReranker(str(model_dir), RerankerConfig(model=str(model_dir)))
     reranker.warm_up()
     rankings, latencies_ms = {}, []
     for judgment in judgments:
@@ -367,21 +439,22 @@ def _rerank_all(
     return rankings, latencies_ms
 
 
-def train_reranker(
-    index_dir: Path,
-    judgments: Sequence[Judgment],
-    config: TrainingConfig,
-    out_dir: Path,
-) -> TrainingReport:
-    """Mine, train, save to `out_dir`, and measure on the held-out queries."""
-    started_s = time.monotonic()
-    split = split_judgments(judgments, config)
+@dataclass(frozen=True, slots=True)
+class _Mined:
+    source: Source
+    split: JudgmentSplit
+    candidates: dict[str, list[ScoredPassage]]
+    examples: list[MinedExample]
+
+
+def _mine(source: Source, config: TrainingConfig) -> _Mined:
+    split = split_judgments(source.judgments, config)
     if not split.train or not split.held_out:
         raise RetrievalError(
-            f"need training and held-out queries, got {len(split.train)} and "
-            f"{len(split.held_out)} from {len(judgments)} judgments"
+            f"{source.index_dir}: need training and held-out queries, got {len(split.train)} "
+            f"and {len(split.held_out)} from {len(source.judgments)} judgments"
         )
-    retriever = open_retriever(index_dir)
+    retriever = open_retriever(source.index_dir)
     try:
         candidates = retrieve_candidates(
             retriever, split.train + split.dev + split.held_out, config.candidates
@@ -390,29 +463,77 @@ def train_reranker(
     finally:
         retriever.close()
     examples = mine_examples(split.train, candidates, firsts, config.negatives_per_query)
+    logger.info(
+        "reranker examples mined index=%s train=%d examples=%d",
+        source.index_dir,
+        len(split.train),
+        len(examples),
+    )
+    return _Mined(source, split, candidates, examples)
+
+
+def train_reranker(
+    sources: Sequence[Source], config: TrainingConfig, out_dir: Path
+) -> TrainingReport:
+    """Mine each source, train on all of them, save to `out_dir`, and measure on each source's
+    held-out queries."""
+    started_s = time.monotonic()
+    mined = [_mine(source, config) for source in sources]
+    examples = [e for m in mined for e in m.examples]
     device = pick_device("auto")
     train_started_s = time.monotonic()
-    _fit(examples, _dev_samples(split.dev, candidates), config, device, out_dir)
-    train_s = time.monotonic() - train_started_s
-    qrels = binary_qrels({j.query_id: j.relevant_doc_ids for j in split.held_out})
-    before = {j.query_id: doc_ranking(candidates[j.query_id]) for j in split.held_out}
-    after, latencies_ms = _rerank_all(out_dir, split.held_out, candidates)
+    if config.builtin:
+        train_s = fit_builtin(examples, config, out_dir)
+    else:
+        dev = [s for m in mined for s in _dev_samples(m.split.dev, m.candidates)]
+        _fit(examples, dev, config, device, out_dir)
+        train_s = time.monotonic() - train_started_s
+    reports: list[SourceReport] = []
+    before: dict[str, list[str]] = {}
+    after: dict[str, list[str]] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    latencies_ms: list[float] = []
+    for number, m in enumerate(mined):
+        held_out = m.split.held_out
+        source_qrels = binary_qrels({j.query_id: j.relevant_doc_ids for j in held_out})
+        source_before = {j.query_id: doc_ranking(m.candidates[j.query_id]) for j in held_out}
+        source_after, latencies = _rerank_all(out_dir, config, held_out, m.candidates)
+        latencies_ms += latencies
+        reports.append(
+            SourceReport(
+                str(m.source.index_dir),
+                len(m.split.train),
+                len(held_out),
+                score_rankings(source_before, source_qrels),
+                score_rankings(source_after, source_qrels),
+            )
+        )
+        # Pooled under ids that cannot collide across sources.
+        for pooled, rankings in ((before, source_before), (after, source_after)):
+            pooled.update({f"{number}:{q}": r for q, r in rankings.items()})
+        qrels.update({f"{number}:{q}": r for q, r in source_qrels.items()})
     report = TrainingReport(
         model_dir=str(out_dir),
-        train_queries=len(split.train),
-        dev_queries=len(split.dev),
-        held_out_queries=len(split.held_out),
+        kind="builtin" if config.builtin else "full",
+        train_queries=sum(len(m.split.train) for m in mined),
+        dev_queries=sum(len(m.split.dev) for m in mined),
+        held_out_queries=sum(len(m.split.held_out) for m in mined),
         train_pairs=sum(len(e.positives) + len(e.negatives) for e in examples),
         candidates=config.candidates,
-        train_dtype=pick_dtype(config.dtype, device),
-        rerank_dtype=pick_dtype(RerankerConfig().dtype, device),
+        train_dtype="float32" if config.builtin else pick_dtype(config.dtype, device),
+        rerank_dtype=pick_dtype(
+            RerankerConfig().dtype,
+            device,
+            "onnx" if config.builtin and device == "cpu" else "torch",
+        ),
         train_s=train_s,
         total_s=time.monotonic() - started_s,
         before=score_rankings(before, qrels),
         after=score_rankings(after, qrels),
         rerank_ms_median=statistics.median(latencies_ms),
-        train_query_ids=tuple(j.query_id for j in split.train),
-        held_out_query_ids=tuple(j.query_id for j in split.held_out),
+        train_query_ids=tuple(j.query_id for m in mined for j in m.split.train),
+        held_out_query_ids=tuple(j.query_id for m in mined for j in m.split.held_out),
+        sources=tuple(reports),
         config=config,
     )
     logger.info(

@@ -185,9 +185,16 @@ class ReaderConfig:
 class SentenceReader:
     """The reader; cheap to build, loads and merges its weights in `warm_up()`."""
 
-    def __init__(self, config: ReaderConfig, embedder_model: str = DEFAULT_EMBEDDER) -> None:
+    def __init__(
+        self,
+        config: ReaderConfig,
+        embedder_model: str = DEFAULT_EMBEDDER,
+        what: str = "sentence reader",
+    ) -> None:
         self._config = config
         self._embedder_model = embedder_model
+        # What the adapter is, in messages (the builtin passage reranker is one too).
+        self._what = what
         self._model: Any = None
         self._tokenizer: Any = None
         self._meta: ReaderMeta | None = None
@@ -207,9 +214,8 @@ class SentenceReader:
         meta, arrays = read_adapter(self._config.adapter)
         if meta.base != self._embedder_model:
             raise RetrievalError(
-                f"the sentence reader adapts {meta.base!r}, the embedder is "
-                f"{self._embedder_model!r}: learn one for it with "
-                "python -m eval.calibrate.sentence_reader"
+                f"the {self._what} adapts {meta.base!r}, the embedder is "
+                f"{self._embedder_model!r}: learn one for it"
             )
         base_dir = resolve_model_path(meta.base)
         self._device = pick_device(self._config.device)
@@ -227,11 +233,12 @@ class SentenceReader:
                 model, self._tokenizer = PairModel.merged(base_dir, meta, arrays)
                 self._model = model.to(self._device).eval()
         except (OSError, ValueError, KeyError) as exc:
-            raise RetrievalError(f"cannot load the sentence reader: {exc}") from exc
+            raise RetrievalError(f"cannot load the {self._what}: {exc}") from exc
         self._meta = meta
         self.scores("warm-up question", [("warm-up sentence", "")])
         logger.info(
-            "sentence reader loaded base=%s device=%s runtime=%s dtype=%s",
+            "%s loaded base=%s device=%s runtime=%s dtype=%s",
+            self._what,
             meta.base,
             self._device,
             runtime,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,24 @@ def test_bad_qrels_lines_are_refused(tmp_path: Path, content: str, line: int, re
     path.write_text(content)
     with pytest.raises(CorpusFormatError, match=f"qrels.tsv:{line}: {reason}"):
         read_qrels(path)
+
+
+def test_reads_question_files_with_answers_and_gzipped_qrels(tmp_path: Path) -> None:
+    """The project's question files (`question`, top-level `answers`) and BEIR lines with
+    `metadata.answers` read alike; qrels may be gzipped."""
+    queries = tmp_path / "q.jsonl.gz"
+    with gzip.open(queries, "wt") as out:
+        out.write('{"_id": "1", "question": "who?", "answers": ["Ada", " "]}\n')
+        out.write('{"_id": "2", "text": "when?", "metadata": {"answers": ["1843"]}}\n')
+    qrels = tmp_path / "qrels.tsv.gz"
+    with gzip.open(qrels, "wt") as out:
+        out.write("query-id\tcorpus-id\tscore\n1\td1\t1\n")
+    assert read_queries(queries) == [Query("1", "who?", ("Ada",)), Query("2", "when?", ("1843",))]
+    assert read_qrels(qrels) == {"1": {"d1": 1}}
+
+
+def test_answers_that_are_not_a_list_of_strings_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"_id": "1", "text": "who?", "answers": "Ada"}\n')
+    with pytest.raises(CorpusFormatError, match=r"q\.jsonl:1: `answers` must be a list of strings"):
+        read_queries(path)

@@ -91,3 +91,35 @@ def test_falls_back_to_first_passages_and_skips_queries_without_any() -> None:
     assert [(e.query, e.positives, e.negatives) for e in examples] == [
         ("found", ("Tr\ntext r#0",), ("Tn1\ntext n1#0",))
     ]
+
+
+def test_a_passage_holding_an_answer_is_never_a_negative() -> None:
+    """SQuAD's articles repeat their facts: a passage of another document that holds the
+    answer string is left out of the negatives, and the relevant document's passages that hold
+    it are the positives."""
+    texts = {
+        "r#0": "Ada wrote notes.",
+        "r#1": "In 1843 Ada Lovelace published the first program.",
+        "n1#0": "the first program appeared in 1843, by Lovelace.",
+        "n2#0": "Babbage designed the engine.",
+        "n3#0": "Menabrea wrote in French.",
+    }
+    retrieved = [
+        ScoredPassage(Passage(p, p.split("#")[0], 0, "", text, 0, 9), 1.0)
+        for p, text in texts.items()
+    ]
+    judgment = Judgment("q", "when?", frozenset({"r"}), answers=("1843",))
+    [example] = mine_examples([judgment], {"q": retrieved}, {}, negatives_per_query=5)
+    assert example.positives == ("In 1843 Ada Lovelace published the first program.",)
+    assert example.negatives == ("Babbage designed the engine.", "Menabrea wrote in French.")
+
+
+def test_capped_training_queries_spread_over_a_file_sorted_by_topic() -> None:
+    """A cap takes queries from all over the file (SQuAD's is sorted by article), not its head."""
+    judgments = _judgments(2000)
+    capped = split_judgments(judgments, TrainingConfig(max_train_queries=100))
+    positions = sorted(int(j.query_id[1:]) for j in capped.train + capped.dev)
+    assert positions[0] < 200
+    assert positions[-1] > 1800
+    held = split_judgments(judgments, TrainingConfig(max_held_out_queries=50))
+    assert len(held.held_out) == 50

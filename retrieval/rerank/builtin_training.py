@@ -1,0 +1,106 @@
+"""Learning the builtin reranker's adapter (`answer-service reranker train --builtin`).
+
+The mined examples (training.py: each query's positive passages and its hard negatives) train
+low-rank adapters, the layer norms and a one-logit head on the packaged MiniLM, as the sentence
+reader is trained (retrieval/sentences/reader_model.py): the layers below `first_layer` stay
+frozen, and each query's loss is the cross-entropy of a softmax over its own passages, its
+positives sharing the target. The order is seeded and the run checkpoints every hundred steps
+in the output folder, so a killed run resumes where it stopped. What ships is the adapter file
+(rerank/builtin.py reads it), about a megabyte.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from retrieval.embedder import resolve_model_path
+from retrieval.rerank.base import RerankerConfig
+from retrieval.rerank.builtin import ADAPTER_FILE
+from retrieval.sentences.reader_adapter import ReaderMeta, write_adapter
+
+if TYPE_CHECKING:
+    from retrieval.rerank.training import MinedExample, TrainingConfig
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.pt"
+# Positives a query contributes to a step (a SciFact abstract may have several passages).
+_MOST_POSITIVES = 2
+
+
+def fit_builtin(examples: Sequence[MinedExample], config: TrainingConfig, out_dir: Path) -> float:
+    """Train the adapter on `examples` and write it to `out_dir`; the seconds spent training
+    (over every sitting of a resumed run)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from retrieval.sentences.reader_model import PairModel, add_adapters, train_steps
+
+    torch.manual_seed(config.seed)
+    base_dir = resolve_model_path(config.base_model)
+    encoder = AutoModel.from_pretrained(base_dir, dtype=torch.float32)
+    add_adapters(encoder, config.rank, config.alpha, config.first_layer)
+    model, tokenizer = PairModel(encoder), AutoTokenizer.from_pretrained(base_dir)
+    order = _order(examples, config)
+    per_step = max(1, config.batch_size // (1 + config.negatives_per_query))
+
+    def loss_at(step: int) -> Any:
+        batch = order[step * per_step : (step + 1) * per_step]
+        queries, texts, sizes = [], [], []
+        for example in batch:
+            passages = [*example.positives[:_MOST_POSITIVES], *example.negatives]
+            queries.extend([example.query] * len(passages))
+            texts.extend(passages)
+            sizes.append((min(len(example.positives), _MOST_POSITIVES), len(passages)))
+        encoded = tokenizer(
+            queries,
+            texts,
+            truncation="longest_first",
+            max_length=config.max_tokens,
+            padding=True,
+            return_tensors="pt",
+        )
+        logits = model(**encoded)
+        loss, start = torch.zeros(()), 0
+        for positives, n in sizes:
+            log_p = torch.log_softmax(logits[start : start + n], dim=0)
+            loss = loss - log_p[:positives].mean()
+            start += n
+        return loss / len(batch)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    steps = math.ceil(len(order) / per_step)
+    _, seconds = train_steps(
+        model,
+        loss_at,
+        steps,
+        learning_rate=config.adapter_learning_rate,
+        checkpoint=out_dir / CHECKPOINT_FILE,
+        clip=1.0,
+    )
+    meta = ReaderMeta(
+        base=config.base_model,
+        rank=config.rank,
+        alpha=config.alpha,
+        # Served at the reranker's passage length, whatever length it was trained at.
+        max_tokens=RerankerConfig().max_tokens,
+        with_title=False,
+    )
+    write_adapter(out_dir / ADAPTER_FILE, meta, model.adapter_arrays())
+    return seconds
+
+
+def _order(examples: Sequence[MinedExample], config: TrainingConfig) -> list[MinedExample]:
+    """Each epoch's examples (those with a negative) in its own seeded order, one after another."""
+    usable = [e for e in examples if e.positives and e.negatives]
+    order: list[MinedExample] = []
+    for epoch in range(config.epochs):
+        shuffled = list(usable)
+        random.Random(config.seed + epoch).shuffle(shuffled)
+        order.extend(shuffled)
+    return order
