@@ -44,6 +44,11 @@ def add_reranker_commands(subparsers: Any) -> None:
     train.add_argument("--max-held-out-queries", type=int, help="per source; default: all")
     train.add_argument("--first-layer", type=int, help="--builtin: the first adapted layer")
     train.add_argument(
+        "--start-from",
+        type=Path,
+        help="--builtin: an adapter file to train further (e.g. retrieval/sentences/reader.npz)",
+    )
+    train.add_argument(
         "--candidates", type=int, help="passages retrieved per query: mined, then reranked"
     )
     train.add_argument("--negatives", type=int, dest="negatives_per_query")
@@ -58,6 +63,7 @@ _CONFIG_OPTIONS = (
     "max_train_queries",
     "max_held_out_queries",
     "first_layer",
+    "start_from",
     "candidates",
     "negatives_per_query",
     "max_tokens",

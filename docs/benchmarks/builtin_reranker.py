@@ -30,24 +30,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sentence_pooling import answered, development_sets, write_result
+from sentence_pooling import answer_arms, write_result
 
 from eval.lib.data import SCIFACT_DIR, scifact_claims, shared
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder, pick_dtype
-from retrieval.index.builder import build_index
 from retrieval.judgments import read_qrels, read_queries
 from retrieval.rerank.builtin import ADAPTER_FILE
 from retrieval.sentences.reader import ReaderConfig, SentenceReader
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.support import serve_in_thread
-
-_SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
 
 
 def write_data(work: Path) -> None:
@@ -116,25 +110,13 @@ def measure(args: argparse.Namespace) -> None:
     results["cost"] = cost_per_pair(adapter, args.repeats)
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
     embedder.warm_up()
+    # The planner off: the rerank depth is fixed (20) wherever a reranker is loaded.
+    fixed = {"ANSWER_PLANNER": "false"}
     arms = {
-        "no reranker": ["--reranker", "none"],
-        "builtin, depth 20": ["--reranker", "builtin"],
+        "no reranker": (fixed, ["--reranker", "none"]),
+        "builtin, depth 20": (fixed, ["--reranker", "builtin"]),
     }
-    env = os.environ | {"ANSWER_PLANNER": "false"}
-    fake = create_fake_sglang(FakeSGLangState(model_path=str(_SMOLLM2)))
-    with serve_in_thread(fake) as url:
-        for name, (source, questions, extra) in development_sets(
-            args.work, args.squad_sample
-        ).items():
-            index = args.work / f"{name}-index"
-            if not (index / "manifest.json").is_file():
-                build_index(source, index, embedder, progress=False)
-            entry: dict[str, Any] = {}
-            for arm, flags in arms.items():
-                out = args.work / f"answers-{name}-{arm.split(',')[0].replace(' ', '-')}.json"
-                entry[arm] = answered(index, questions, out, url, [*extra, *flags], env=env)
-            results[name] = entry
-            print(name, json.dumps(entry, indent=1), flush=True)
+    results |= answer_arms(args.work, args.squad_sample, embedder, arms)
     command = f"python docs/benchmarks/builtin_reranker.py measure --work DIR --run {args.run} "
     command += f"--squad-sample {args.squad_sample}"
     write_result(args.out, command, args.squad_sample, results)

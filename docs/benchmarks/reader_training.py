@@ -24,21 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sentence_pooling import answered, development_sets, write_result
+from sentence_pooling import answer_arms, write_result
 
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
-from retrieval.index.builder import build_index
-from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
-from tests.support import serve_in_thread
-
-_SMOLLM2 = Path.home() / ".cache/answer-service/models/smollm2-135m-instruct-bf16"
 
 
 def _calibration(rev: str, folder: Path) -> Path:
@@ -162,22 +156,7 @@ def main() -> None:
         f"before ({args.before})": ({"ANSWER_CALIBRATION_DIR": str(before)}, []),
         "reader off": ({}, ["--experiment", "sentence_reader=false"]),
     }
-    fake = create_fake_sglang(FakeSGLangState(model_path=str(_SMOLLM2)))
-    with serve_in_thread(fake) as url:
-        for name, (source, questions, extra) in development_sets(
-            args.work, args.squad_sample
-        ).items():
-            index = args.work / f"{name}-index"
-            if not (index / "manifest.json").is_file():
-                build_index(source, index, embedder, progress=False)
-            entry: dict[str, Any] = {}
-            for arm, (env, flags) in arms.items():
-                out = args.work / f"answers-{name}-{arm.split()[0]}.json"
-                entry[arm] = answered(
-                    index, questions, out, url, [*extra, *flags], env=os.environ | env
-                )
-            results[name] = entry
-            print(name, json.dumps(entry, indent=1), flush=True)
+    results |= answer_arms(args.work, args.squad_sample, embedder, arms)
     command = f"python docs/benchmarks/reader_training.py --work DIR --before {args.before} "
     command += f"--runs {' '.join(str(r) for r in args.runs)} --squad-sample {args.squad_sample}"
     command += f" --dev {args.dev}" if args.dev else ""

@@ -211,6 +211,34 @@ def development_sets(work: Path, squad_sample: int) -> dict[str, tuple[Any, Path
     }
 
 
+Arms = dict[str, tuple[dict[str, str], list[str]]]
+"""An arm's name: what it adds to the environment and to `answers`' options."""
+
+
+def answer_arms(
+    work: Path, squad_sample: int, embedder: SentenceTransformerEmbedder, arms: Arms
+) -> dict[str, Any]:
+    """Each development set answered by each arm over the same index (built once in `work`),
+    SGLang the repository's fake (a quote needs no model)."""
+    results: dict[str, Any] = {}
+    fake = create_fake_sglang(FakeSGLangState(model_path=str(_SMOLLM2)))
+    with serve_in_thread(fake) as url:
+        for name, (source, questions, extra) in development_sets(work, squad_sample).items():
+            index = work / f"{name}-index"
+            if not (index / "manifest.json").is_file():
+                build_index(source, index, embedder, progress=False)
+            entry: dict[str, Any] = {}
+            for arm, (env, flags) in arms.items():
+                slug = "-".join(arm.replace(",", " ").replace("(", " ").split()[:2])
+                out = work / f"answers-{name}-{slug}.json"
+                entry[arm] = answered(
+                    index, questions, out, url, [*extra, *flags], env=os.environ | env
+                )
+            results[name] = entry
+            print(name, json.dumps(entry, indent=1), flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, required=True)

@@ -18,7 +18,7 @@ Splits, by query id, never by position: `held_out_fraction` of the queries (chos
 of the id, so a query stays on its side however the file is ordered or capped) are neither
 trained on nor used to pick the checkpoint; they only measure the result, at document level,
 before (hybrid order) and after reranking. A `dev_fraction` of the training queries picks the
-checkpoint (full training only).
+checkpoint (full training) or the rank prior (builtin).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from retrieval.passage import Passage, ScoredPassage
 from retrieval.relevance import RelevanceScores, binary_qrels, doc_ranking, score_rankings
 from retrieval.rerank.base import RerankerConfig, RerankRequest
 from retrieval.rerank.builtin import ADAPTER_FILE, BuiltinReranker
-from retrieval.rerank.builtin_training import fit_builtin
+from retrieval.rerank.builtin_training import choose_rank_prior, fit_builtin
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
 from retrieval.retriever import Retriever
 
@@ -113,6 +113,8 @@ class TrainingConfig:
     alpha: float = 32.0
     first_layer: int = 2
     adapter_learning_rate: float = 5e-4
+    # An adapter file to start from (None: a fresh one).
+    start_from: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.held_out_fraction < 1.0 or not 0.0 <= self.dev_fraction < 1.0:
@@ -167,6 +169,8 @@ class TrainingReport:
     train_query_ids: tuple[str, ...]
     held_out_query_ids: tuple[str, ...]
     sources: tuple[SourceReport, ...]
+    # Builtin: the development queries' nDCG@10 by rank prior (the best is shipped).
+    dev_ndcg_by_rank_prior: dict[str, float]
     config: TrainingConfig
 
     def to_json(self) -> str:
@@ -482,8 +486,12 @@ def train_reranker(
     examples = [e for m in mined for e in m.examples]
     device = pick_device("auto")
     train_started_s = time.monotonic()
+    rank_priors: dict[float, float] = {}
     if config.builtin:
         train_s = fit_builtin(examples, config, out_dir)
+        rank_priors = choose_rank_prior(
+            out_dir / ADAPTER_FILE, [(m.split.dev, m.candidates) for m in mined]
+        )
     else:
         dev = [s for m in mined for s in _dev_samples(m.split.dev, m.candidates)]
         _fit(examples, dev, config, device, out_dir)
@@ -534,6 +542,7 @@ def train_reranker(
         train_query_ids=tuple(j.query_id for m in mined for j in m.split.train),
         held_out_query_ids=tuple(j.query_id for m in mined for j in m.split.held_out),
         sources=tuple(reports),
+        dev_ndcg_by_rank_prior={str(k): round(v, 4) for k, v in rank_priors.items()},
         config=config,
     )
     logger.info(

@@ -206,6 +206,11 @@ class SentenceReader:
     def name(self) -> str:
         return f"reader({self._embedder_model})"
 
+    @property
+    def meta(self) -> ReaderMeta | None:
+        """The adapter's metadata, once warmed up."""
+        return self._meta
+
     def warm_up(self) -> None:
         if self._model is not None:
             return

@@ -44,6 +44,9 @@ class ReaderMeta:
     alpha: float = 32.0
     max_tokens: int = 128
     with_title: bool = False
+    # The builtin reranker's: how much a candidate's retrieval rank counts against the model's
+    # score (score - rank_prior x ln(1 + rank)); chosen on development queries by its trainer.
+    rank_prior: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -51,7 +54,9 @@ class ReaderMeta:
     @classmethod
     def from_json(cls, text: str) -> ReaderMeta:
         raw = json.loads(text)
-        return cls(**{field.name: raw[field.name] for field in dataclasses.fields(cls)})
+        # A field added later (rank_prior) takes its default in a file written before it.
+        fields = [f for f in dataclasses.fields(cls) if f.name in raw or f.name != "rank_prior"]
+        return cls(**{field.name: raw[field.name] for field in fields})
 
 
 def pair_text(text: str, title: str, with_title: bool) -> str:

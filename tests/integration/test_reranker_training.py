@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from retrieval.index.builder import build_index
 from retrieval.passage import Passage, ScoredPassage
 from retrieval.rerank.base import RerankerConfig, RerankRequest
 from retrieval.rerank.builtin import ADAPTER_FILE, BuiltinReranker
+from retrieval.rerank.builtin_training import RANK_PRIORS, choose_rank_prior
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
-from retrieval.rerank.training import REPORT_FILE
+from retrieval.rerank.training import REPORT_FILE, Judgment
+from retrieval.sentences.reader_adapter import read_adapter
 from tests.scifact import Subset, load_subset
 
 pytestmark = pytest.mark.integration
@@ -54,28 +58,33 @@ def _write_beir(subset: Subset, directory: Path) -> tuple[Path, Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def trained(subset: Subset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+def source(subset: Subset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """The subset indexed, and the `reranker train` options that name it with its judgments."""
     tmp = tmp_path_factory.mktemp("reranker-training")
     corpus, queries, qrels = _write_beir(subset, tmp)
     build_index(
         corpus, tmp / "index", SentenceTransformerEmbedder(EmbedderConfig()), progress=False
     )
+    return tmp, ["--index", str(tmp / "index"), "--queries", str(queries), "--qrels", str(qrels)]
+
+
+def _train(*options: str) -> None:
     parser = argparse.ArgumentParser()
     add_reranker_commands(parser.add_subparsers(dest="command", required=True))
-    index = ["--index", str(tmp / "index"), "--queries", str(queries), "--qrels", str(qrels)]
-    budget = ["--epochs", "1", "--max-train-queries", "10", "--candidates", "8"]
-    args = parser.parse_args(
-        ["reranker", "train", *index, *budget, "--negatives", "3", "--max-tokens", "128"]
-    )
+    args = parser.parse_args(["reranker", "train", *options])
     assert args.run(args) == 0
+
+
+@pytest.fixture(scope="module")
+def trained(source: tuple[Path, list[str]]) -> tuple[Path, Any]:
+    tmp, index = source
+    budget = ["--epochs", "1", "--max-train-queries", "10", "--candidates", "8"]
+    _train(*index, *budget, "--negatives", "3", "--max-tokens", "128")
     model_dir = tmp / "index" / "reranker"
     return model_dir, json.loads((model_dir / REPORT_FILE).read_text())
 
 
-def test_saved_model_loads_and_reranks(trained: tuple[Path, Any]) -> None:
-    model_dir, _ = trained
-    reranker = CrossEncoderReranker(str(model_dir), RerankerConfig(max_tokens=128))
-    reranker.warm_up()
+def _ranks_three_of_four(reranker: BuiltinReranker | CrossEncoderReranker) -> None:
     candidates = [
         ScoredPassage(Passage(f"d{i}#0", f"d{i}", 0, f"T{i}", f"text {i}", 0, 6), 0.0)
         for i in range(4)
@@ -83,6 +92,13 @@ def test_saved_model_loads_and_reranks(trained: tuple[Path, Any]) -> None:
     top = reranker.rerank(RerankRequest("a claim", candidates, 3))
     assert len(top) == 3
     assert [p.score for p in top] == sorted((p.score for p in top), reverse=True)
+
+
+def test_saved_model_loads_and_reranks(trained: tuple[Path, Any]) -> None:
+    model_dir, _ = trained
+    reranker = CrossEncoderReranker(str(model_dir), RerankerConfig(max_tokens=128))
+    reranker.warm_up()
+    _ranks_three_of_four(reranker)
 
 
 def test_held_out_queries_are_never_trained_on(trained: tuple[Path, Any], subset: Subset) -> None:
@@ -109,24 +125,14 @@ def test_report_measures_retrieval_order_and_reranked_order(trained: tuple[Path,
 
 
 @pytest.fixture(scope="module")
-def builtin_runs(subset: Subset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
+def builtin_runs(source: tuple[Path, list[str]]) -> tuple[Path, Any, Any]:
     """`--builtin` twice into one folder: the second run finds the first's finished checkpoint."""
-    tmp = tmp_path_factory.mktemp("builtin-reranker-training")
-    corpus, queries, qrels = _write_beir(subset, tmp)
-    build_index(
-        corpus, tmp / "index", SentenceTransformerEmbedder(EmbedderConfig()), progress=False
-    )
-    parser = argparse.ArgumentParser()
-    add_reranker_commands(parser.add_subparsers(dest="command", required=True))
-    index = ["--index", str(tmp / "index"), "--queries", str(queries), "--qrels", str(qrels)]
+    tmp, index = source
     budget = ["--max-train-queries", "8", "--candidates", "6", "--negatives", "3"]
     out = tmp / "builtin"
     reports = []
     for _ in range(2):
-        args = parser.parse_args(
-            ["reranker", "train", "--builtin", *index, *budget, "--out", str(out)]
-        )
-        assert args.run(args) == 0
+        _train("--builtin", *index, *budget, "--out", str(out))
         reports.append(json.loads((out / REPORT_FILE).read_text()))
     return out, reports[0], reports[1]
 
@@ -137,17 +143,11 @@ def test_builtin_training_writes_an_adapter_the_builtin_reranker_serves(
     out, report, _ = builtin_runs
     assert report["kind"] == "builtin"
     assert report["train_pairs"] > report["train_queries"] > 0
-    [source] = report["sources"]
-    assert source["held_out_queries"] == report["held_out_queries"] > 0
+    [measured] = report["sources"]
+    assert measured["held_out_queries"] == report["held_out_queries"] > 0
     reranker = BuiltinReranker(RerankerConfig(), adapter=out / ADAPTER_FILE)
     reranker.warm_up()
-    candidates = [
-        ScoredPassage(Passage(f"d{i}#0", f"d{i}", 0, f"T{i}", f"text {i}", 0, 6), 0.0)
-        for i in range(4)
-    ]
-    top = reranker.rerank(RerankRequest("a claim", candidates, 3))
-    assert len(top) == 3
-    assert [p.score for p in top] == sorted((p.score for p in top), reverse=True)
+    _ranks_three_of_four(reranker)
 
 
 def test_builtin_training_resumes_from_its_checkpoint(builtin_runs: tuple[Path, Any, Any]) -> None:
@@ -155,3 +155,30 @@ def test_builtin_training_resumes_from_its_checkpoint(builtin_runs: tuple[Path, 
     _, first, second = builtin_runs
     assert second["train_s"] == pytest.approx(first["train_s"], abs=1.0)
     assert second["train_query_ids"] == first["train_query_ids"]
+
+
+def test_the_rank_prior_is_chosen_on_development_queries_and_kept_in_the_adapter(
+    builtin_runs: tuple[Path, Any, Any], tmp_path: Path
+) -> None:
+    """The relevant candidate retrieved first but scored last by the model: a strong enough
+    prior puts it first, and the smallest such prior is written into the metadata."""
+    out, report, _ = builtin_runs
+    assert set(report["dev_ndcg_by_rank_prior"]) <= {str(p) for p in RANK_PRIORS}
+    adapter = tmp_path / ADAPTER_FILE
+    shutil.copyfile(out / ADAPTER_FILE, adapter)
+    texts = [
+        ScoredPassage(Passage(f"d{i}#0", f"d{i}", 0, "T", f"text {i}", 0, 3), 0.0) for i in range(6)
+    ]
+    reranker = BuiltinReranker(RerankerConfig(), adapter=adapter)
+    reranker.warm_up()
+    logits = reranker.logits("a claim", texts)
+    # The one the model likes least is retrieved first and is the relevant one: only the
+    # prior can put it first.
+    found = sorted(texts, key=lambda s: float(logits[texts.index(s)]))
+    judgment = Judgment("q", "a claim", frozenset({found[0].passage.doc_id}))
+    assert float(logits.max() - logits.min()) < max(RANK_PRIORS) * math.log(2)
+    table = choose_rank_prior(adapter, [([judgment], {"q": found})])
+    assert table[max(RANK_PRIORS)] == pytest.approx(1.0)
+    meta, _ = read_adapter(adapter)
+    assert meta.rank_prior == min(p for p in RANK_PRIORS if table[p] == table[max(RANK_PRIORS)])
+    assert meta.rank_prior > 0.0
