@@ -23,7 +23,7 @@ from retrieval.passage import ScoredPassage
 logger = logging.getLogger(__name__)
 
 # The builtin reranker (rerank/builtin.py); a hub id or folder names a CrossEncoder instead.
-DEFAULT_RERANKER = "cross-encoder/ms-marco-MiniLM-L6-v2"
+DEFAULT_RERANKER = "builtin"
 RerankerKind = Literal["cross_encoder", "sentence"]
 
 

@@ -1,5 +1,5 @@
 """The `Reranker` contract (retrieval/rerank/base.py), for a cross-encoder of the real shape
-and cost (untrained head: mechanics, not quality) and the fake."""
+and cost (untrained head: mechanics, not quality), the shipped builtin reranker and the fake."""
 
 from __future__ import annotations
 
@@ -23,13 +23,15 @@ def _candidates(count: int) -> list[ScoredPassage]:
     ]
 
 
-@pytest.fixture(scope="module", params=["cross_encoder", "word_overlap"])
+@pytest.fixture(scope="module", params=["cross_encoder", "builtin", "word_overlap"])
 def reranker(request: pytest.FixtureRequest, fresh_cross_encoder: Path) -> Reranker:
-    made: Reranker = (
-        build_reranker(RerankerConfig(model=str(fresh_cross_encoder), device="cpu"))
-        if request.param == "cross_encoder"
-        else WordOverlapReranker()
-    )
+    made: Reranker
+    if request.param == "cross_encoder":
+        made = build_reranker(RerankerConfig(model=str(fresh_cross_encoder), device="cpu"))
+    elif request.param == "builtin":
+        made = build_reranker(RerankerConfig(model="builtin", device="cpu"))
+    else:
+        made = WordOverlapReranker()
     made.warm_up()
     return made
 

@@ -29,7 +29,7 @@ def test_environment_and_otel_alias(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings()
     assert settings.default_ttft_budget_ms == 1500
     assert settings.otel_exporter_otlp_endpoint == "http://collector:4318"
-    assert settings.reranker_model == "cross-encoder/ms-marco-MiniLM-L6-v2"
+    assert settings.reranker_model == "builtin"
 
 
 def test_a_mistyped_override_is_refused() -> None:
