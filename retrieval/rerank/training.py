@@ -174,7 +174,8 @@ class TrainingReport:
     config: TrainingConfig
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        # Paths (the adapter a run started from) as their text.
+        return json.dumps(asdict(self), indent=2, default=str)
 
 
 def load_judgments(queries: Path, qrels: Path) -> list[Judgment]:

@@ -30,6 +30,8 @@ from retrieval.rerank.training import REPORT_FILE, Judgment
 from retrieval.sentences.reader_adapter import read_adapter
 from tests.scifact import Subset, load_subset
 
+READER_ADAPTER = Path(__file__).resolve().parents[2] / "retrieval" / "sentences" / "reader.npz"
+
 pytestmark = pytest.mark.integration
 
 
@@ -126,9 +128,11 @@ def test_report_measures_retrieval_order_and_reranked_order(trained: tuple[Path,
 
 @pytest.fixture(scope="module")
 def builtin_runs(source: tuple[Path, list[str]]) -> tuple[Path, Any, Any]:
-    """`--builtin` twice into one folder: the second run finds the first's finished checkpoint."""
+    """`--builtin` twice into one folder, starting from the sentence reader's adapter: the second
+    run finds the first's finished checkpoint."""
     tmp, index = source
     budget = ["--max-train-queries", "8", "--candidates", "6", "--negatives", "3"]
+    budget += ["--start-from", str(READER_ADAPTER)]
     out = tmp / "builtin"
     reports = []
     for _ in range(2):
@@ -142,6 +146,7 @@ def test_builtin_training_writes_an_adapter_the_builtin_reranker_serves(
 ) -> None:
     out, report, _ = builtin_runs
     assert report["kind"] == "builtin"
+    assert report["config"]["start_from"] == str(READER_ADAPTER)
     assert report["train_pairs"] > report["train_queries"] > 0
     [measured] = report["sources"]
     assert measured["held_out_queries"] == report["held_out_queries"] > 0
