@@ -77,13 +77,8 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
 
 def _train(args: argparse.Namespace) -> int:
     from retrieval.errors import RetrievalError
-    from retrieval.rerank.training import (
-        REPORT_FILE,
-        Source,
-        TrainingConfig,
-        load_judgments,
-        train_reranker,
-    )
+    from retrieval.rerank.training import REPORT_FILE, load_judgments, train_reranker
+    from retrieval.rerank.training_data import Source, TrainingConfig
 
     if not len(args.index) == len(args.queries) == len(args.qrels):
         print("error: give --queries and --qrels once for each --index", file=sys.stderr)

@@ -99,7 +99,8 @@ def cost_per_pair(adapter: Path, repeats: int) -> dict[str, Any]:
 
 def _report(run: Path) -> dict[str, Any]:
     report = json.loads((run / "training_report.json").read_text())
-    keep = ("kind", "train_queries", "held_out_queries", "train_pairs", "candidates")
+    keep: tuple[str, ...] = ("kind", "train_queries", "held_out_queries", "train_pairs")
+    keep += ("candidates",)
     keep += ("train_s", "total_s", "rerank_ms_median", "before", "after", "sources", "config")
     return {key: report[key] for key in keep}
 

@@ -67,6 +67,7 @@ class BuiltinReranker:
             ),
             embedder_model,
             what="builtin reranker",
+            learn_with="answer-service reranker train --builtin",
         )
 
     @property

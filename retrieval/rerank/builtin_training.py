@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -27,10 +27,8 @@ from retrieval.embedder import resolve_model_path
 from retrieval.errors import RetrievalError
 from retrieval.rerank.base import RerankerConfig
 from retrieval.rerank.builtin import ADAPTER_FILE, BuiltinReranker, with_rank_prior
+from retrieval.rerank.training_data import Candidates, Judgment, MinedExample, TrainingConfig
 from retrieval.sentences.reader_adapter import ReaderMeta, read_adapter, write_adapter
-
-if TYPE_CHECKING:
-    from retrieval.rerank.training import Candidates, Judgment, MinedExample, TrainingConfig
 
 logger = logging.getLogger(__name__)
 

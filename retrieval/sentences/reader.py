@@ -190,11 +190,14 @@ class SentenceReader:
         config: ReaderConfig,
         embedder_model: str = DEFAULT_EMBEDDER,
         what: str = "sentence reader",
+        learn_with: str = "python -m eval.calibrate.sentence_reader",
     ) -> None:
         self._config = config
         self._embedder_model = embedder_model
-        # What the adapter is, in messages (the builtin passage reranker is one too).
+        # What the adapter is and what learns one, in messages (the builtin passage reranker is
+        # one too).
         self._what = what
+        self._learn_with = learn_with
         self._model: Any = None
         self._tokenizer: Any = None
         self._meta: ReaderMeta | None = None
@@ -220,7 +223,7 @@ class SentenceReader:
         if meta.base != self._embedder_model:
             raise RetrievalError(
                 f"the {self._what} adapts {meta.base!r}, the embedder is "
-                f"{self._embedder_model!r}: learn one for it"
+                f"{self._embedder_model!r}: learn one for it with {self._learn_with}"
             )
         base_dir = resolve_model_path(meta.base)
         self._device = pick_device(self._config.device)

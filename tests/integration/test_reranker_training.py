@@ -26,7 +26,8 @@ from retrieval.rerank.base import RerankerConfig, RerankRequest
 from retrieval.rerank.builtin import ADAPTER_FILE, BuiltinReranker
 from retrieval.rerank.builtin_training import RANK_PRIORS, choose_rank_prior
 from retrieval.rerank.cross_encoder import CrossEncoderReranker
-from retrieval.rerank.training import REPORT_FILE, Judgment
+from retrieval.rerank.training import REPORT_FILE
+from retrieval.rerank.training_data import Judgment
 from retrieval.sentences.reader_adapter import read_adapter
 from tests.scifact import Subset, load_subset
 

@@ -11,13 +11,8 @@ import pytest
 
 from retrieval.errors import RetrievalError
 from retrieval.passage import Passage, ScoredPassage
-from retrieval.rerank.training import (
-    Judgment,
-    TrainingConfig,
-    load_judgments,
-    mine_examples,
-    split_judgments,
-)
+from retrieval.rerank.training import load_judgments, mine_examples, split_judgments
+from retrieval.rerank.training_data import Judgment, TrainingConfig
 
 
 def _judgments(count: int) -> list[Judgment]:
