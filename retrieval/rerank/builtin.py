@@ -61,7 +61,7 @@ class BuiltinReranker:
             ReaderConfig(
                 adapter=self._adapter,
                 device=config.device,
-                dtype="auto" if config.dtype == "auto" else config.dtype,
+                dtype=config.dtype,
                 batch_size=config.batch_size,
                 cache_dir=config.cache_dir,
             ),
