@@ -140,6 +140,12 @@ class QualityCurve:
         curve = self.by_depth[depth]
         return curve[min(passages, len(curve)) - 1]
 
+    def quote(self, rerank_depth: int) -> float:
+        """A quote's expected quality at a rerank depth: the share with the evidence first. The
+        quote is drawn from the sentences of every source, but the scorer weighs a sentence by
+        its passage's rank, so the first passage is what the reranker's order buys."""
+        return self.score(rerank_depth, 1)
+
 
 @dataclass(frozen=True, slots=True)
 class StageTimes:
@@ -219,6 +225,9 @@ class PlanInput:
     cached_share: float = 0.0
     # Requests arriving per second per worker, recently: what this request's prefill delays.
     arrival_rate_rps: float = 0.0
+    # Answered by a quote (no model): its time ends with the sentences, its passages are the
+    # sources (`max_passages`), and only the rerank depth is chosen (`QualityCurve.quote`).
+    quote: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +292,8 @@ class Planner:
         models, config = self.models, self.config
         available = self.available_ms(request.remaining_ms)
         depths = config.rerank_depths if request.reranker else (0,)
+        if request.quote:
+            return self._quote_plan(request, depths, available)
         embed_ms = models.predict_ms("embed", request.query_tokens) + self._sentences_ms(
             request, models.predict_ms
         )
@@ -320,6 +331,18 @@ class Planner:
             return self.evaluate(request, best[2], best[3])
         return self.evaluate(request, smallest[1], smallest[2])
 
+    def _quote_plan(self, request: PlanInput, depths: Sequence[int], available: float) -> Plan:
+        """A quote's plan: the rerank depth of the best quote quality that fits (the faster
+        among equals), else no rerank."""
+        best: tuple[float, float, int] | None = None  # quality, total, depth
+        for depth in depths:
+            plan = self.evaluate(request, depth, request.max_passages)
+            if plan.fits and (
+                best is None or _better(plan.quality, plan.predicted_ms.total, *best[:2])
+            ):
+                best = (plan.quality, plan.predicted_ms.total, depth)
+        return self.evaluate(request, best[2] if best else 0, request.max_passages)
+
     def _sustainable_passages(self, request: PlanInput, passages_range: range) -> int:
         """The most passages whose own prefill keeps the worker's prefill utilization (arrival
         rate x prefill time) under `max_utilization`; at least one."""
@@ -348,18 +371,22 @@ class Planner:
         available = self.available_ms(request.remaining_ms)
         models = self.models
         retrieve_k = max(depth, passages + self.config.retrieve_slack)
-        uncached = self._uncached(request, passages)
+        uncached = 0.0 if request.quote else self._uncached(request, passages)
         times = StageTimes(
             embed=models.predict_ms("embed", request.query_tokens),
             search=models.predict_ms("search", retrieve_k),
             rerank=models.predict_ms("rerank", depth) if depth else 0.0,
             sentences=self._sentences_ms(request, models.predict_ms),
-            prompt=models.predict_ms("prompt", passages),
-            first_token=self._queue_ms(request)
-            + models.predict_ms(
-                "first_token", request.prefill_ahead_tokens + uncached, request.worker
-            ),
         )
+        if not request.quote:
+            times = dataclasses.replace(
+                times,
+                prompt=models.predict_ms("prompt", passages),
+                first_token=self._queue_ms(request)
+                + models.predict_ms(
+                    "first_token", request.prefill_ahead_tokens + uncached, request.worker
+                ),
+            )
         fits = times.total <= available
         typical_ms = self._total_ms(request, depth, passages, models.median_ms)
         likely = fits or typical_ms <= request.remaining_ms
@@ -369,7 +396,9 @@ class Planner:
         return Plan(
             knobs=Knobs(depth, passages, retrieve_k),
             predicted_ms=times,
-            quality=self.quality.score(depth, passages),
+            quality=self.quality.quote(depth)
+            if request.quote
+            else self.quality.score(depth, passages),
             available_ms=available,
             fits=fits,
             uncached_tokens=uncached,
@@ -399,12 +428,17 @@ class Planner:
         """A plan's time to first token with each stage estimated by `at` (the models' median
         or admission quantile); the queue's fixed part is always its median."""
         retrieve_k = max(depth, passages + self.config.retrieve_slack)
-        ahead = request.prefill_ahead_tokens + self._uncached(request, passages)
-        return (
+        retrieval = (
             at("embed", request.query_tokens, "")
             + self._sentences_ms(request, at)
             + at("search", retrieve_k, "")
             + (at("rerank", depth, "") if depth else 0.0)
+        )
+        if request.quote:
+            return retrieval
+        ahead = request.prefill_ahead_tokens + self._uncached(request, passages)
+        return (
+            retrieval
             + at("prompt", passages, "")
             + at("first_token", ahead, request.worker)
             + self._queue_ms(request)

@@ -100,12 +100,15 @@ class RequestPlan:
     mode: AnswerMode = "auto"
     form: str = "passages"
     form_reason: str = ""
+    # Under `auto`, the plan of a quote, for when no generation can make the budget.
+    quote: Plan | None = None
 
     @classmethod
     def at_arrival(
         cls,
         plan: Plan,
         *,
+        quote: Plan | None = None,
         planner: bool,
         tier: str,
         budget_ms: float,
@@ -125,6 +128,7 @@ class RequestPlan:
             plan.knobs,
             idle_floor_ms=idle_floor_ms,
             admitted=admitted,
+            quote=quote,
         )
 
     # -- decisions: each returns the next plan -------------------------------------------------
@@ -132,8 +136,8 @@ class RequestPlan:
     def admit(self, mode: AnswerMode, top_k: int, allow_sources_only: bool) -> RequestPlan:
         """How the request goes on, for the mode it asked: when no generation can make the
         budget, a quote if the mode allows one, else sources only where asked for, else a
-        refusal. A request kept from the model gets the sources a full answer would have had:
-        no rerank, `top_k` passages."""
+        refusal. A request kept from the model gets the sources a full answer would have had,
+        `top_k` passages; a quote gets the rerank depth its own plan bought (none without one)."""
         no_model = self.planner and not self.admitted
         route: Route = "model"
         if no_model:
@@ -142,6 +146,8 @@ class RequestPlan:
             else:
                 route = "sources_only" if allow_sources_only else "refuse"
         admitted = dataclasses.replace(self, mode=mode, route=route)
+        if route == "quote" and self.quote is not None:
+            return dataclasses.replace(admitted, plan=self.quote, knobs=self.quote.knobs)
         if no_model:
             return admitted._with_knobs(rerank_depth=0, passages=top_k, retrieve_k=top_k)
         return admitted
@@ -235,7 +241,9 @@ class RequestPlan:
             budget_ms=self.budget_ms,
             knobs=self.knobs,
             initial=self.plan.knobs,
-            quality=quality.score(self.knobs.rerank_depth, self.knobs.passages),
+            quality=quality.quote(self.knobs.rerank_depth)
+            if self.form == "quote"
+            else quality.score(self.knobs.rerank_depth, self.knobs.passages),
             predicted_ms=self.plan.predicted_ms,
             actual_ms=self.actual,
             cuts=self.cuts,

@@ -294,6 +294,7 @@ class AnswerPipeline:
             request.tier,
             reranker=retriever.rerank is not None,
             cache=self.cache,
+            mode=mode,
             # A cached answer costs the workers nothing: it is not a load on them.
             arrival=hit is None,
         ).admit(mode, request.top_k, request.allow_sources_only)
@@ -314,7 +315,8 @@ class AnswerPipeline:
             rewritten, plan = await run(stage, queries.searched, deadline, plan)
             queries = dataclasses.replace(queries, searched=rewritten.value)
         outcome = dataclasses.replace(outcome, queries=queries)
-        # Sources alone need no reranking and no reading; a quote instead reads where it can.
+        # Sources alone need no reranking and no reading; a quote reranks as deep as its plan
+        # bought and reads where it can.
         retrieved, plan = await self._retrieval.run(
             retriever,
             request,
@@ -322,7 +324,7 @@ class AnswerPipeline:
             plan,
             deadline,
             hard,
-            rerank=plan.route == "model",
+            rerank=plan.route != "sources_only",
             read=plan.route != "sources_only",
         )
         readings = [retrieved.first_pass]

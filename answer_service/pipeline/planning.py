@@ -12,6 +12,7 @@ reranker is loaded); the plan is still predicted and recorded, so the two can be
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from typing import Protocol
 from answer_service.pipeline.admission import DEFAULT_QUEUE_MAX, GenerationGate
 from budget import CacheEstimator
 from budget.arrivals import ArrivalRate
+from budget.forms import AnswerMode
 from budget.planner import (
     PlanInput,
     Planner,
@@ -34,12 +36,17 @@ from budget.planner import (
 from budget.request_plan import RequestPlan
 
 # The share of SQuAD questions whose gold passage is among the first n passages (n = 1..10) in
-# hybrid retrieval order: `python -m eval.calibrate.quality_curves` (eval/results/quality-curves.json).
-# No reranker weights can be had on the machines this was measured on, so there is no curve for
-# a rerank depth and the planner never pays for one; `ANSWER_CALIBRATION_DIR` loads the
-# curves measured with the reranker a deployment serves.
+# hybrid order with its first d reranked by the builtin reranker (d = 0: hybrid order alone):
+# 600 questions of the split's planner-training part, `python -m eval.calibrate.quality_curves
+# --reranker builtin --part planner_training --sample 600` (eval/results/quality-curves.json).
+# `ANSWER_CALIBRATION_DIR` loads the curves measured with the reranker a deployment serves.
 DEFAULT_QUALITY = QualityCurve(
-    {0: (0.723, 0.873, 0.917, 0.947, 0.953, 0.963, 0.963, 0.967, 0.970, 0.970)}
+    {
+        0: (0.718, 0.817, 0.883, 0.917, 0.933, 0.948, 0.958, 0.960, 0.962, 0.965),
+        10: (0.777, 0.877, 0.910, 0.938, 0.948, 0.955, 0.957, 0.962, 0.962, 0.965),
+        20: (0.792, 0.888, 0.917, 0.938, 0.958, 0.962, 0.968, 0.970, 0.972, 0.977),
+        30: (0.802, 0.883, 0.922, 0.948, 0.965, 0.970, 0.973, 0.975, 0.977, 0.978),
+    }
 )
 
 
@@ -57,7 +64,7 @@ def read_quality_curves(path: Path) -> QualityCurve:
 @dataclass(frozen=True, slots=True)
 class PlanningConfig:
     enabled: bool = True
-    rerank_depths: tuple[int, ...] = (0, 10, 20)
+    rerank_depths: tuple[int, ...] = (0, 10, 20, 30)
     fixed_rerank_depth: int = 20
     retrieve_slack: int = 0
     margin_fraction: float = 0.1
@@ -120,11 +127,14 @@ class RequestPlanning:
         reranker: bool,
         cache: CacheEstimator,
         *,
+        mode: AnswerMode = "auto",
         arrival: bool = True,
     ) -> RequestPlan:
-        """The plan at arrival: the planner's choice, or the fixed configuration. `arrival`:
-        whether the request counts in the arrival rate (one the answer cache serves does not:
-        it asks nothing of the workers)."""
+        """The plan at arrival: the planner's choice, or the fixed configuration. A `quote`
+        request is planned as one (no generation to pay for: the rerank depth is what it buys);
+        under `auto` the quote's own plan is kept for when no generation can make the budget.
+        `arrival`: whether the request counts in the arrival rate (one the answer cache serves
+        does not: it asks nothing of the workers)."""
         worker = self.gate.least_loaded()
         request = PlanInput(
             remaining_ms=remaining_ms,
@@ -136,18 +146,23 @@ class RequestPlanning:
             worker=worker,
             cached_share=cache.cached_share(worker),
             arrival_rate_rps=self.arrival_rate_rps(),
+            quote=mode == "quote",
         )
         if arrival:  # after: the rate is that of the requests before this one
             self.arrivals.mark()
             if self.fleet is not None:
                 self.fleet.mark()
+        quote = None
         if self.config.enabled:
             plan = self.planner.plan(request)
+            if mode == "auto":
+                quote = self.planner.plan(dataclasses.replace(request, quote=True))
         else:
             depth = self.config.fixed_rerank_depth if reranker else 0
             plan = self.planner.evaluate(request, depth, top_k)
         return RequestPlan.at_arrival(
             plan,
+            quote=quote,
             planner=self.config.enabled,
             tier=tier,
             budget_ms=budget_ms,

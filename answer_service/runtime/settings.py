@@ -99,7 +99,7 @@ REMOVED: dict[str, str] = {
     "repetition_penalty": "fixed: 1; eval: Experiment.repetition_penalty",
     "copy_bias": 'fixed: {"passages": 4}; eval: Experiment.copy_bias',
     "planner_calibrate": "planner: calibrated (true), priors (false)",
-    "planner_rerank_depths": "fixed: 0, 10 and 20 (PlanningConfig's)",
+    "planner_rerank_depths": "fixed: 0, 10, 20 and 30 (PlanningConfig's)",
     "planner_margin_fraction": "fixed: 0.1 (PlanningConfig's)",
     "planner_margin_ms": "fixed: 50 (PlanningConfig's)",
     "planner_admit_quantile": "fixed: 0.9 (PlanningConfig's)",

@@ -17,13 +17,14 @@ parts (eval/splits/scifact.json), never its evaluation part; SQuAD train is read
 questions carry their answers, which keep answering passages out of the negatives). The
 indexes are built with `answer-service index build` over ../shared/data's corpora.
 
-`measure` reads the run's training report (nDCG@10 of each source's held-out queries, the
-hybrid order against the reranked one), times the run's adapter's read of 10 and 30 SciFact
+`measure` reads the run's training report where `--run` names one (nDCG@10 of each source's
+held-out queries, the hybrid order against the reranked one), times its adapter's (else the
+shipped one's) read of 10 and 30 SciFact
 passages under ONNX Runtime int8 and float32 and torch float32 (bf16 where the CPU has it), and
-answers the development sets of `sentence_pooling.py` in quote mode with the planner off
-(rerank depth fixed at 20 where a reranker is loaded) without a reranker and with the shipped
-builtin one. Never an evaluation part. Lives here, not in eval/bench/, because eval/ is at its line
-limit.
+answers the development sets of `sentence_pooling.py` in quote mode (3 s budgets): the planner
+off without a reranker and with the shipped builtin one at depth 20, and the planner on with
+it (the depth a quote's plan buys). Never an evaluation part. Lives here, not in eval/bench/,
+because eval/ is at its line limit.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from sentence_pooling import answer_arms, write_result
 from eval.lib.data import SCIFACT_DIR, scifact_claims, shared
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder, pick_dtype
 from retrieval.judgments import read_qrels, read_queries
-from retrieval.rerank.builtin import ADAPTER_FILE
+from retrieval.rerank.builtin import ADAPTER_FILE, shipped_adapter
 from retrieval.sentences.reader import ReaderConfig, SentenceReader
 
 
@@ -106,8 +107,11 @@ def _report(run: Path) -> dict[str, Any]:
 
 
 def measure(args: argparse.Namespace) -> None:
-    adapter = args.run / ADAPTER_FILE
-    results: dict[str, Any] = {"training": _report(args.run)}
+    # The shipped adapter unless a run is named (its training report is then kept too).
+    adapter = args.run / ADAPTER_FILE if args.run else shipped_adapter()
+    results: dict[str, Any] = {"adapter": str(adapter)}
+    if args.run:
+        results["training"] = _report(args.run)
     results["cost"] = cost_per_pair(adapter, args.repeats)
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
     embedder.warm_up()
@@ -116,9 +120,12 @@ def measure(args: argparse.Namespace) -> None:
     arms = {
         "no reranker": (fixed, ["--reranker", "none"]),
         "builtin, depth 20": (fixed, ["--reranker", "builtin"]),
+        # The planner on (the default): the quote's plan buys the depth that fits 3 s.
+        "builtin planner": ({}, ["--reranker", "builtin"]),
     }
     results |= answer_arms(args.work, args.squad_sample, embedder, arms)
-    command = f"python docs/benchmarks/builtin_reranker.py measure --work DIR --run {args.run} "
+    command = "python docs/benchmarks/builtin_reranker.py measure --work DIR "
+    command += f"--run {args.run} " if args.run else ""
     command += f"--squad-sample {args.squad_sample}"
     write_result(args.out, command, args.squad_sample, results)
 
@@ -130,7 +137,7 @@ def main() -> None:
     data.add_argument("--work", type=Path, required=True)
     measuring = commands.add_parser("measure")
     measuring.add_argument("--work", type=Path, required=True)
-    measuring.add_argument("--run", type=Path, required=True)
+    measuring.add_argument("--run", type=Path, help="a training run's folder (else the shipped)")
     measuring.add_argument("--out", type=Path, required=True)
     measuring.add_argument("--squad-sample", type=int, default=300)
     measuring.add_argument("--repeats", type=int, default=40)

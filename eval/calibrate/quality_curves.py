@@ -13,7 +13,8 @@ passages below d keep their hybrid order after the reranked ones). Per depth (0:
 Where the reranker cannot be loaded (no model hub) only depth 0 is measured, and the result's
 `config.reranker_status` says why.
 
-    python -m eval.calibrate.quality_curves --out eval/results/quality-curves.json [--sample N --seed S]
+    python -m eval.calibrate.quality_curves --out eval/results/quality-curves.json \
+        [--part planner_training] [--sample N --seed S] [--reranker builtin]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tqdm import tqdm
 
 from budget import Deadline
 from eval.commands.main import index_of
-from eval.lib.data import SQUAD_DIR
+from eval.lib.data import PARTS, SQUAD_DIR, Part, squad_part_of
 from eval.lib.latency_stats import percentiles
 from eval.lib.metrics import answer_recall
 from eval.lib.questions import Question, read_questions, sample
@@ -166,10 +167,13 @@ async def measure(
     return records
 
 
-def sample_questions(path: Path, size: int | None, seed: int) -> list[Question]:
-    """A seeded sample drawn as `answer-eval answers` draws it, less the questions without a
-    gold passage or answer (which no curve can count)."""
-    drawn = sample(read_questions(path), size, seed)
+def sample_questions(path: Path, size: int | None, seed: int, part: Part | None) -> list[Question]:
+    """A seeded sample (of `part`'s questions where one is named) drawn as `answer-eval answers`
+    draws it, less the questions without a gold passage or answer (which no curve can count)."""
+    questions = read_questions(path)
+    if part is not None:
+        questions = [q for q in questions if squad_part_of(q.gold_passage_id or "") == part]
+    drawn = sample(questions, size, seed)
     return [q for q in drawn if q.gold_passage_id and q.answers]
 
 
@@ -192,7 +196,7 @@ def _open(args: argparse.Namespace) -> tuple[Retriever, str]:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    questions = sample_questions(args.questions, args.sample, args.seed)
+    questions = sample_questions(args.questions, args.sample, args.seed, args.part)
     retriever, reranker_status = await asyncio.to_thread(_open, args)
     depths = [0] + ([d for d in args.depths if d > 0] if retriever.reranker else [])
     if retriever.reranker is None:
@@ -207,6 +211,7 @@ async def _run(args: argparse.Namespace) -> int:
         "command": "quality-curves",
         "passages": corpus_checksum(args.passages),
         "questions": str(args.questions),
+        "part": args.part,
         "sample": args.sample,
         "seed": args.seed,
         "retrieval_mode": "hybrid",
@@ -261,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cross-encoder hub id or folder, or 'none'",
     )
     parser.add_argument("--reranker-max-tokens", type=int, default=256)
+    parser.add_argument("--part", choices=PARTS, help="only this part's questions (a SQuAD split)")
     parser.add_argument("--sample", type=int, default=300, help="a seeded random N questions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--candidates", type=int, default=30, help="passages retrieved")

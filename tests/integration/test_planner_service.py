@@ -355,3 +355,22 @@ def test_with_the_planner_off_the_slot_queue_is_capped(
     assert sorted(r.status_code for r in responses if r not in refused) == [504, 504, 504]
     assert len(state.requests) == 1
     assert elapsed_s < 10
+
+
+@pytest.mark.sglang
+def test_a_quote_buys_rerank_depth_from_the_builtin_reranker(tiny_service: ServiceFactory) -> None:
+    """The shipped reranker and quality curves: a quote pays for no generation, so a roomy
+    budget buys the deepest rerank the planner has, timed by the warm-up."""
+    with tiny_service(reranker_model="builtin") as url:
+        deadline = time.monotonic() + 180
+        while (status := httpx.get(f"{url}/readyz").json()["reranker"]).startswith("loading"):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+        assert status == "builtin"
+        body = {"query": QUESTION, "ttft_budget_ms": 10_000, "answer_mode": "quote"}
+        plan = parse_sse(post_answer(url, body).text)[0].data
+        assert plan["rerank_depth"] == 30
+        assert plan["predicted_ms"]["rerank"] > 0
+        assert plan["actual_ms"]["rerank"] > 0
+        assert plan["predicted_ms"]["first_token"] == 0  # a quote: no generation priced
+        assert plan["form"] == "quote"

@@ -9,6 +9,7 @@ import pytest
 from budget.arrivals import ArrivalRate
 from budget.latency_model import LinearPrior
 from budget.planner import (
+    Knobs,
     PlanInput,
     Planner,
     PlannerConfig,
@@ -254,3 +255,23 @@ def test_a_plan_that_misses_only_with_its_margins_is_still_likely() -> None:
     hopeless = p.plan(request(600))
     assert not hopeless.fits
     assert not hopeless.likely
+
+
+# A quote pays for no generation: embed 10 + search 5 (+ rerank 400 at depth 20) and the
+# sentences (free here). Its quality is the curve's first passage: 0.55 at depth 0, 0.75 at 20.
+@pytest.mark.parametrize(("budget_ms", "depth"), [(10_000, 20), (415, 20), (414, 0), (10, 0)])
+def test_a_quote_buys_the_rerank_depth_that_fits(budget_ms: float, depth: int) -> None:
+    quote = dataclasses.replace(request(budget_ms), quote=True)
+    plan = planner().plan(quote)
+    assert plan.knobs == Knobs(depth, 5, max(depth, 5))  # its passages are the sources
+    assert plan.predicted_ms.prompt == plan.predicted_ms.first_token == 0.0
+    assert plan.predicted_ms.total == pytest.approx(15 + (400 if depth else 0))
+    assert plan.quality == CURVE.quote(depth) == (0.75 if depth else 0.55)
+    assert plan.fits == (budget_ms >= 15)
+    # The same budget with a generation to pay for buys no rerank at all.
+    assert planner().plan(request(budget_ms)).knobs.rerank_depth == (20 if budget_ms > 1_500 else 0)
+
+
+def test_a_quote_without_a_reranker_never_reranks() -> None:
+    quote = dataclasses.replace(request(60_000), quote=True, reranker=False)
+    assert planner().plan(quote).knobs.rerank_depth == 0

@@ -6,6 +6,7 @@ import pytest
 
 from answer_service.pipeline.planning import PlanningConfig, RequestPlanning
 from budget import CacheEstimator
+from budget.planner import QualityCurve
 from budget.stage import StageCut, StageResult
 
 W = "http://worker"
@@ -66,7 +67,7 @@ def test_slices_share_out_the_spare_time_and_cuts_change_the_knobs() -> None:
     assert record.actual_ms.embed == 12.0
     assert record.cuts[0].planned == 3
     assert record.cuts[0].done == 1
-    assert record.quality == pytest.approx(0.723)
+    assert record.quality == pytest.approx(0.718)
     assert record.tier == "premium"
 
 
@@ -132,3 +133,28 @@ def test_a_cut_reader_changes_no_knob() -> None:
     assert [(c.stage, c.reason) for c in cut.cuts] == [
         ("read", "read skipped: 10 ms left, ~60 ms needed")
     ]
+
+
+async def test_a_quote_is_planned_as_one_and_buys_rerank_depth() -> None:
+    deeper = QualityCurve({0: (0.70, 0.85), 10: (0.75, 0.88), 20: (0.80, 0.90)})
+    p = planning(quality=deeper)
+    cache = CacheEstimator()
+    quote = p.start("q", 5, 3_000, 3_000, "standard", True, cache, mode="quote")
+    assert quote.admit("quote", 5, False).route == "model"  # admitted: the forms step quotes
+    assert quote.knobs.rerank_depth == 20
+    assert quote.plan.predicted_ms.first_token == 0.0
+    # No generation makes the budget behind a long queue: under auto the request is quoted,
+    # at the depth the quote's own plan bought rather than none; sources only get none.
+    await p.gate.acquire(W, "standard", 20_000)
+    busy = p.start("q", 5, 3_000, 3_000, "standard", True, cache)
+    assert not busy.admitted
+    quoted = busy.admit("auto", 5, True)
+    assert quoted.route == "quote"
+    assert (quoted.knobs.rerank_depth, quoted.knobs.passages) == (20, 5)
+    assert quoted.plan.predicted_ms.first_token == 0.0
+    sources = busy.admit("passages", 5, True)
+    assert sources.route == "sources_only"
+    assert sources.knobs.rerank_depth == 0
+    # A budget that holds the quote's search but not its rerank: the quote reranks nothing.
+    tight = p.start("q", 5, 150, 150, "standard", True, cache).admit("auto", 5, True)
+    assert (tight.route, tight.knobs.rerank_depth) == ("quote", 0)
