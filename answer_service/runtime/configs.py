@@ -87,11 +87,16 @@ class Experiment:
     # sent before (generation/prefix_routing.py); `round_robin` ignores the cache, the baseline
     # docs/prefix-reuse.md measures it against.
     sglang_routing: Literal["prefix", "round_robin"] = "prefix"
+    # The rerank depth with the planner off (`ANSWER_PLANNER=false`): the fixed
+    # configurations the planner is measured against (eval.bench.planner_quality_slo).
+    fixed_rerank_depth: int = 20
     # Log the event loop's stack when it is kept this long past due (0: off;
     # answer_service/runtime/observability/loop_lag.py): a diagnosis, not a service setting.
     loop_stall_ms: int = 0
 
     def __post_init__(self) -> None:
+        if self.fixed_rerank_depth < 0:
+            raise ValueError("fixed_rerank_depth must be 0 (no rerank) or more")
         unknown = sorted(set(self.copy_bias) - {"focused", "passages"})
         if unknown:
             raise ValueError(f"copy_bias is per generated form (focused, passages), not {unknown}")
@@ -177,7 +182,7 @@ def pipeline_config(
             neighbours=experiment.focused_neighbours,
         ),
         form_quality=form_quality(settings, experiment),
-        planning=planning_config(settings, slack),
+        planning=planning_config(settings, slack, experiment.fixed_rerank_depth),
         routing=experiment.sglang_routing,
         ttft_timeout_factor=settings.ttft_timeout_factor,
         abstain_below=settings.abstain_below,
@@ -185,11 +190,15 @@ def pipeline_config(
     )
 
 
-def planning_config(settings: Settings, retrieve_slack: int) -> PlanningConfig:
-    """The planner's; its depths, margins, admission quantile, burst window, a tier's longest
-    wait and the depth it reranks to when off are PlanningConfig's own (docs/planner.md)."""
+def planning_config(
+    settings: Settings, retrieve_slack: int, fixed_rerank_depth: int = SHIPPED.fixed_rerank_depth
+) -> PlanningConfig:
+    """The planner's; its depths, margins, admission quantile, burst window and a tier's longest
+    wait are PlanningConfig's own (docs/planner.md), the depth it reranks to when off the
+    experiment's."""
     return PlanningConfig(
         enabled=settings.planner != "off",
+        fixed_rerank_depth=fixed_rerank_depth,
         retrieve_slack=retrieve_slack,
         slots_per_worker=settings.generation_slots_per_worker or 1,
         tier_weights=tuple(settings.tier_weights.items()),

@@ -127,7 +127,7 @@ REMOVED: dict[str, str] = {
     "sentence_scorer_file": f"calibration_dir holding {SENTENCE_SCORER}",
     "sentence_reader_file": f"calibration_dir holding {SENTENCE_READER}",
     "service_name": "OTEL_SERVICE_NAME (OpenTelemetry's own; default answer-service)",
-    "rerank_candidates": "fixed: 20 with the planner off (PlanningConfig.fixed_rerank_depth)",
+    "rerank_candidates": "fixed: 20 with the planner off; eval: Experiment.fixed_rerank_depth",
     "temperature": "fixed: greedy, as every measurement and the answer cache assume",
     "tier_max_wait_ms": "fixed: 2000 (PlanningConfig.tier_max_wait_ms)",
     "sglang_connect_timeout_s": "fixed: 2 s (GenerationConfig's)",
@@ -205,8 +205,8 @@ class Settings(BaseSettings):
     # A folder of calibration results measured for this deployment's models; each file there
     # replaces the one shipped (measured for SmolLM2-135M-Instruct and the default embedder):
     #   quality-curves.json   expected quality by rerank depth and passages, for the planner
-    #                         (`python -m eval.calibrate.quality_curves`; shipped: the hybrid-order
-    #                         curve measured on SQuAD, answer_service/pipeline/planning.py)
+    #                         (`python -m eval.calibrate.quality_curves`; shipped: the builtin
+    #                         reranker's, measured on SQuAD, answer_service/pipeline/planning.py)
     #   form-curves.json      quality per answer form and context size, for `auto`
     #                         (`python -m eval.calibrate.form_curves`)
     #   sentence-scorer.json  the sentence scorer's weights and the quote's selection

@@ -9,10 +9,11 @@ Configurations (each a separate `answer-service serve`; the fixed ones with `ANS
 and the answer form and passage count set): `passages-5`, `passages-3`, `passages-1` (the model
 over whole passages), `focused-2` (over the best sentences of two passages), `quote` (no model);
 `planner`: `ANSWER_PLANNER=true`, `ANSWER_MODE=auto`, up to 5 passages, the shipped form
-quality.
+quality. Quotes over the builtin reranker: `quote-d10`, `quote-d30` (depth fixed by the
+experiment `fixed_rerank_depth`; `quote` is depth 0) against `planner-quote` (planner on).
 
-The questions are those of the evaluation part of the committed SQuAD split, answerable ones,
-in one seeded order. A seeded `--removed-share` of their gold passages (one in five by default)
+The questions are those of one part of the committed SQuAD split (`--part`, the evaluation part
+unless a development run names another), answerable ones, in one seeded order. A seeded `--removed-share` of their gold passages (one in five by default)
 is taken out of the index every configuration uses, so about one arrival in five asks what the
 corpus cannot answer: saying so is right. Every level has exactly `--arrivals` Poisson arrivals
 (the same times and questions for every configuration; level i of n starts at question
@@ -46,7 +47,7 @@ from typing import Any, TypeVar
 from eval.calibrate.citations import corpus_without
 from eval.commands.main import index_of
 from eval.lib.checkpoint import RunCheckpoint
-from eval.lib.data import SQUAD_DIR, squad_part_of
+from eval.lib.data import PARTS, SQUAD_DIR, squad_part_of
 from eval.lib.latency_stats import LevelRun
 from eval.lib.load_engine import (
     DedicatedClients,
@@ -87,6 +88,9 @@ WARMUP_BUDGET_MS = 30_000
 WARMUP_TIMEOUT_S = 150.0
 
 
+BUILTIN = (("ANSWER_RERANKER_MODEL", "builtin"),)
+
+
 @dataclass(frozen=True, slots=True)
 class Configuration:
     """One way to run the service: a fixed form and passage count, or the planner."""
@@ -96,6 +100,12 @@ class Configuration:
     mode: str
     passages: int
     settings: tuple[tuple[str, str], ...] = ()
+    # `serve --experiment` knobs: the rerank depth of a fixed configuration.
+    experiment: tuple[str, ...] = ()
+
+    @property
+    def reranker(self) -> bool:
+        return bool(dict(self.settings).get("ANSWER_RERANKER_MODEL"))
 
     def environment(self) -> dict[str, str]:
         return {
@@ -116,6 +126,12 @@ CONFIGURATIONS = {
         Configuration("focused-2", False, "focused", 2),
         Configuration("quote", False, "quote", 5),
         Configuration("planner", True, "auto", 5),
+        # The quote family over the builtin reranker: fixed depths against the planner's.
+        *(
+            Configuration(f"quote-d{d}", False, "quote", 5, BUILTIN, (f"fixed_rerank_depth={d}",))
+            for d in (10, 30)
+        ),
+        Configuration("planner-quote", True, "quote", 5, BUILTIN),
     )
 }
 DEFAULT_CONFIGS = "passages-5,passages-3,passages-1,focused-2,quote,planner"
@@ -132,9 +148,9 @@ class Workload:
     removed: set[str]
 
 
-def workload(path: Path, seed: int, removed_share: float, warmup: int) -> Workload:
+def workload(path: Path, seed: int, removed_share: float, warmup: int, part: str) -> Workload:
     every = [q for q in read_questions(path) if q.answers and q.gold_passage_id]
-    measured = [q for q in every if squad_part_of(q.gold_passage_id or "") == "evaluation"]
+    measured = [q for q in every if squad_part_of(q.gold_passage_id or "") == part]
     random.Random(seed).shuffle(measured)
     passages = sorted({q.gold_passage_id for q in measured if q.gold_passage_id})
     rng = random.Random(seed)
@@ -199,6 +215,7 @@ def _identity(args: argparse.Namespace, config: Configuration, slo_ms: float) ->
         "questions": hashlib.sha256(args.questions.read_bytes()).hexdigest(),
         "passages": hashlib.sha256(args.passages.read_bytes()).hexdigest(),
         "seed": args.seed,
+        "part": args.part,
         "removed_share": args.removed_share,
         "arrivals": args.arrivals,
         "arrival_seed": args.arrival_seed,
@@ -229,10 +246,10 @@ def measure(
         # Each arrival is answered once per configuration: none from the answer cache.
         env=service_environment(None, config.environment(), args.service_env),
         scratch=stack.scratch,
-        extra_args=tuple(f"--experiment={knob}" for knob in args.experiment),
+        extra_args=tuple(f"--experiment={k}" for k in (*args.experiment, *config.experiment)),
     )
     try:
-        url = service.start(needs_reranker=False)
+        url = service.start(needs_reranker=config.reranker)
         load = LoadConfig(
             url=url,
             duration_s=0.0,
@@ -326,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--questions", type=Path, default=SQUAD_DIR / "questions.jsonl")
     parser.add_argument("--passages", type=Path, default=SQUAD_DIR / "passages.jsonl")
+    parser.add_argument("--part", choices=PARTS, default="evaluation", help="questions measured")
     parser.add_argument("--seed", type=int, default=0, help="question order and removals")
     parser.add_argument("--removed-share", type=float, default=0.2, help="gold passages removed")
     parser.add_argument("--warmup", type=int, default=3, help="questions asked before a sweep")
@@ -339,7 +357,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     measured_at()
     args.service_env = dict(args.service_env)
     configs: list[Configuration] = args.configs
-    work = workload(args.questions, args.seed, args.removed_share, args.warmup)
+    work = workload(args.questions, args.seed, args.removed_share, args.warmup, args.part)
     corpus = corpus_without(args.passages, work.removed, CACHE / "corpora")
     embedder = SentenceTransformerEmbedder(EmbedderConfig(model=DEFAULT_EMBEDDER))
     index_dir = index_of(corpus, None, embedder)
@@ -403,7 +421,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         },
         {
             "questions_file": str(args.questions),
-            "part": "evaluation",
+            "part": args.part,
             "questions": len(work.questions),
             "removed_gold_passages": len(work.removed),
             "removed_questions": sum(g.removed for g in work.golds.values()),

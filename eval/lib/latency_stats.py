@@ -47,7 +47,7 @@ class RequestRecord:
 
     The optional tail is written only when set: `passages_in_prompt` and `form` (the answer
     form that answered) from the `done` event, `answer` (the answer's text, for requests that
-    finished ok, when the run keeps answers) and the `plan_*` choices of the service's `plan`
+    finished ok, when the run keeps answers; `short_answer` its short answer's) and the `plan_*` choices of the service's `plan`
     event.
     """
 
@@ -71,6 +71,7 @@ class RequestRecord:
     passages_in_prompt: int | None = None
     form: str | None = None
     answer: str | None = None
+    short_answer: str | None = None
     plan_planner: bool | None = None
     plan_rerank_depth: int | None = None
     plan_passages: int | None = None
@@ -128,6 +129,7 @@ _OPTIONAL = (
     "passages_in_prompt",
     "form",
     "answer",
+    "short_answer",
     "plan_planner",
     "plan_rerank_depth",
     "plan_passages",

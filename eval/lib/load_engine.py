@@ -239,6 +239,8 @@ async def send_request(
     except ValueError:  # a malformed event: bad JSON, a `done` or `plan` failing validation
         status, error_code = "error", "malformed_event"
     ended_s = time.perf_counter()
+    kept = answer is not None and status == "ok"
+    short = done.short_answer if kept and done and done.short_answer else None
     return slot.record(
         status,
         sent_s,
@@ -255,7 +257,8 @@ async def send_request(
         stages_ms=done.stages_ms() if done else (),
         passages_in_prompt=done.passages_in_prompt if done else None,
         form=done.form if done else None,
-        answer="".join(answer) if answer is not None and status == "ok" else None,
+        answer="".join(answer) if answer is not None and kept else None,
+        short_answer=None if short is None else str(short["text"]),
         **(plan.fields() if plan else {}),
     )
 

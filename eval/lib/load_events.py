@@ -26,6 +26,8 @@ class DoneStats(BaseModel):
     passages_in_prompt: int | None = None
     # The form that answered: quote, focused, passages, abstain, sources_only.
     form: str | None = None
+    # The quote's short answer (`{text, start, end}`), where there was one.
+    short_answer: dict[str, object] | None = None
 
     def stages_ms(self) -> tuple[tuple[str, float], ...]:
         stages = self.timings_ms or self.stages or {}

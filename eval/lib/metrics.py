@@ -155,6 +155,8 @@ class Arrival:
     form: str
     status: str
     ttft_ms: float | None
+    # Right with the short answer shown where the quote has one (else its whole answer).
+    short_correct: bool = False
 
     @property
     def good(self) -> bool:
@@ -169,6 +171,7 @@ class Arrival:
             "arrival": self.arrival,
             "question_id": self.question_id,
             "correct": self.correct,
+            "short_correct": self.short_correct,
             "within_slo": self.within_slo,
             "form": self.form,
             "status": self.status,
@@ -182,11 +185,14 @@ def judge(record: RequestRecord, arrival: int, gold: Gold, slo_ms: float) -> Arr
     answer = record.answer or ""
     abstained = ok and (record.form == "abstain" or abstains(answer))
     holds_gold = ok and answer_recall(strip_citations(answer), gold.answers) > 0
+    short = record.short_answer
+    short_holds = holds_gold if short is None else ok and answer_recall(short, gold.answers) > 0
     ttft = record.client_ttft_ms
     return Arrival(
         arrival=arrival,
         question_id=record.question_id,
         correct=holds_gold or (gold.removed and abstained),
+        short_correct=short_holds or (gold.removed and abstained),
         within_slo=ok and ttft is not None and ttft <= slo_ms,
         abstained=abstained,
         refused=record.status in ("rejected", "dropped"),
@@ -236,6 +242,7 @@ def level_quality(arrivals: Sequence[Arrival]) -> dict[str, Any]:
     forms = Counter(a.form for a in arrivals)
     return {
         "quality_within_slo": _share([a.good for a in arrivals]),
+        "short_quality_within_slo": _share([a.short_correct and a.within_slo for a in arrivals]),
         "attainment": _share([a.within_slo for a in arrivals]),
         "answer_recall": _share([a.correct for a in answerable]),
         "abstention": _share([a.abstained for a in arrivals]),

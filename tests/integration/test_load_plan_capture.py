@@ -64,6 +64,8 @@ def _service() -> FastAPI:
                 "degraded": [],
                 "form": form,
             }
+            if form == "quote":
+                done["short_answer"] = {"text": "Denver Broncos", "start": 4, "end": 18}
             yield _sse("done", done)
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -108,6 +110,16 @@ async def test_keeps_the_answer_and_the_plan(url: str) -> None:
     written = json.loads(json.dumps(record.to_json()))
     assert RequestRecord.from_json(written).to_json() == written
     assert RequestRecord.from_json(written).plan_cuts == record.plan_cuts
+
+
+async def test_keeps_a_quotes_short_answer_with_its_answer(url: str) -> None:
+    record = await _ask(url, "planned question", keep_answers=True, answer_mode="quote")
+    assert (record.form, record.short_answer) == ("quote", "Denver Broncos")
+    written = json.loads(json.dumps(record.to_json()))
+    assert RequestRecord.from_json(written).short_answer == "Denver Broncos"
+    unkept = await _ask(url, "planned question", keep_answers=False, answer_mode="quote")
+    assert unkept.short_answer is None
+    assert "short_answer" not in unkept.to_json()
 
 
 async def test_keeps_no_answer_unless_asked(url: str) -> None:

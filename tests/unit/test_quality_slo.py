@@ -4,6 +4,7 @@ compared with the fixed configurations on the same arrivals."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import cast
@@ -57,6 +58,24 @@ def _record(
 def test_a_right_answer_in_time_counts() -> None:
     arrival = judge(_record(), 0, GOLDS["a"], SLO)
     assert (arrival.correct, arrival.within_slo, arrival.good) == (True, True, True)
+
+
+def test_the_short_answer_is_judged_from_the_same_arrival() -> None:
+    quote = "The Denver Broncos won [1]."
+    right = dataclasses.replace(_record(answer=quote), short_answer="Denver Broncos")
+    wrong = dataclasses.replace(_record(answer=quote), short_answer="won")
+    judged = [judge(r, 0, GOLDS["a"], SLO) for r in (right, wrong, _record(answer=quote))]
+    # No short answer: the whole answer is what was shown.
+    assert [(a.correct, a.short_correct) for a in judged] == [
+        (True, True),
+        (True, False),
+        (True, True),
+    ]
+    abstained = judge(_record("r", answer="I do not know.", form="abstain"), 0, GOLDS["r"], SLO)
+    assert abstained.short_correct
+    quality = level_quality(judged)
+    assert (quality["quality_within_slo"], quality["short_quality_within_slo"]) == (1.0, 0.6667)
+    assert judged[1].line(SLO, "quote", 1.0)["short_correct"] is False
 
 
 def test_a_right_answer_too_late_is_right_but_not_within_the_slo() -> None:
@@ -198,7 +217,7 @@ def test_the_workload_removes_a_fifth_of_the_evaluation_gold_passages(tmp_path: 
     )
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    work = workload(questions, seed=0, removed_share=0.2, warmup=2)
+    work = workload(questions, seed=0, removed_share=0.2, warmup=2, part="evaluation")
     assert sorted(q.question_id for q in work.questions) == sorted(f"e{n}" for n in range(20))
     assert len(work.removed) == 2  # a fifth of the ten gold passages
     removed = {q for q, gold in work.golds.items() if gold.removed}
@@ -206,7 +225,9 @@ def test_the_workload_removes_a_fifth_of_the_evaluation_gold_passages(tmp_path: 
     assert len(removed) == 4
     assert {q.question_id for q in work.warmup} <= {f"t{n}" for n in range(4)}
     assert len(work.warmup) == 2
-    assert workload(questions, seed=0, removed_share=0.2, warmup=2) == work  # seeded
+    assert (
+        workload(questions, seed=0, removed_share=0.2, warmup=2, part="evaluation") == work
+    )  # seeded
 
 
 def test_the_command_line_names_configurations_and_refuses_unknown_ones() -> None:
@@ -236,3 +257,19 @@ def test_each_service_gets_its_configuration_and_no_inherited_answer_setting() -
     planner = service_environment(base, CONFIGURATIONS["planner"].environment())
     assert planner["ANSWER_PLANNER"] == "true"
     assert planner["ANSWER_MODE"] == "auto"
+
+
+def test_the_quote_family_fixes_its_rerank_depth_or_lets_the_planner_buy_it() -> None:
+    d10, d30, planner = (CONFIGURATIONS[n] for n in ("quote-d10", "quote-d30", "planner-quote"))
+    for config in (d10, d30, planner):
+        env = config.environment()
+        assert (env["ANSWER_MODE"], env["ANSWER_RERANKER_MODEL"]) == ("quote", "builtin")
+        assert config.reranker
+    assert (d10.experiment, d30.experiment) == (
+        ("fixed_rerank_depth=10",),
+        ("fixed_rerank_depth=30",),
+    )
+    assert d10.environment()["ANSWER_PLANNER"] == "false"
+    assert (planner.planner, planner.experiment) == (True, ())
+    assert not CONFIGURATIONS["quote"].reranker  # depth 0: no reranker loaded
+    assert build_parser().parse_args(["--out", "x", "--rates", "1"]).part == "evaluation"

@@ -54,6 +54,15 @@ def test_the_copy_bias_is_per_generated_form() -> None:
         Experiment(copy_bias={"focused": -1.0})
 
 
+def test_the_rerank_depth_with_the_planner_off_is_an_experiment() -> None:
+    """The fixed configurations the planner is measured against: eval's knob, 20 shipped."""
+    assert pipeline_config(Settings(), "m").planning.fixed_rerank_depth == 20
+    deeper = experiment_of(["fixed_rerank_depth=30"])
+    assert pipeline_config(Settings(planner=False), "m", deeper).planning.fixed_rerank_depth == 30
+    with pytest.raises(ValueError, match="fixed_rerank_depth"):
+        experiment_of(["fixed_rerank_depth=-1"])
+
+
 def test_planner_settings_are_validated(tmp_path: Path) -> None:
     assert Settings().planner == "calibrated"
     assert [Settings(planner=v).planner for v in (True, False, "priors")] == [
