@@ -198,9 +198,13 @@ class Components:
             )
             self._keys_task = loop.create_task(watcher.run())
 
-    async def wait_ready(self) -> None:
+    async def wait_ready(self, *, reranker: bool = False) -> None:
+        """Until warm-up has ended; with `reranker`, until the reranker has loaded (or failed)
+        too: a measurement of the configured service, not of its first seconds without it."""
         if self._warm_up_task is not None:
             await self._warm_up_task
+        if reranker and self._reranker_task is not None:
+            await self._reranker_task
 
     async def _warm_up(self) -> None:
         """Build the pipeline; a failure is kept for /readyz (with its type where it is not

@@ -209,11 +209,11 @@ async def in_process_answering(
     settings: Settings, experiment: Experiment = SHIPPED
 ) -> AsyncIterator[InProcessAnswering]:
     """The service's components built from `settings` (and an experiment's knobs) and warmed
-    up, as an answering source."""
+    up (the reranker loaded where one is configured), as an answering source."""
     components = Components.create(settings, experiment)
     try:
         components.start_warm_up()
-        await components.wait_ready()
+        await components.wait_ready(reranker=True)
         if components.pipeline is None:
             raise ServiceError(f"warm-up failed: {components.warm_up_error}")
         yield InProcessAnswering(components.pipeline)

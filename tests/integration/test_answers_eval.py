@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from answer_service.runtime.components import Components
+from answer_service.runtime.settings import Settings
 from eval.commands.main import main
 from generation.server.launch import SGLangServer
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
@@ -169,3 +171,24 @@ def test_an_interrupted_run_resumes_without_asking_again(
     assert len(state.requests) == 6 - answered
     assert json.loads(out.read_text())["metrics"]["ok"] == 6
     assert not checkpoint.exists()
+
+
+async def test_in_process_answering_starts_once_the_configured_reranker_has_loaded(
+    squad_index: Path, chatml_tokenizer_dir: Path
+) -> None:
+    """A run measures the service as configured: the reranker loads after warm-up, and the
+    first questions would otherwise go without it (a short run, all of it)."""
+    state = FakeSGLangState(model_path=str(chatml_tokenizer_dir))
+    with serve_in_thread(create_fake_sglang(state)) as sglang:
+        settings = Settings(
+            index_dir=squad_index, sglang_url=sglang, reranker_model="builtin", planner="priors"
+        )
+        components = Components.create(settings)
+        try:
+            components.start_warm_up()
+            await components.wait_ready(reranker=True)
+            assert components.reranker_status == "builtin"
+            assert components.retriever is not None
+            assert components.retriever.reranker is not None
+        finally:
+            await components.aclose()
