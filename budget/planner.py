@@ -228,6 +228,9 @@ class PlanInput:
     # Answered by a quote (no model): its time ends with the sentences, its passages are the
     # sources (`max_passages`), and only the rerank depth is chosen (`QualityCurve.quote`).
     quote: bool = False
+    # Requests arriving per second at this replica, recently: what shares its CPU with the
+    # rerank this request would run.
+    replica_rate_rps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +246,8 @@ class PlannerConfig:
     margin_ms: float = 50.0
     # The share of a worker's time prefills may take at the current arrival rate: a plan whose
     # prefill would push past it is not chosen (unless nothing smaller exists), because every
-    # request arriving meanwhile waits behind it. Decoding needs the rest of the cores.
+    # request arriving meanwhile waits behind it. Decoding needs the rest of the cores. A
+    # quote's reranks are held to the same share of the replica's CPU.
     max_utilization: float = 0.5
 
     def __post_init__(self) -> None:
@@ -333,11 +337,14 @@ class Planner:
 
     def _quote_plan(self, request: PlanInput, depths: Sequence[int], available: float) -> Plan:
         """A quote's plan: the rerank depth of the best quote quality that fits (the faster
-        among equals), else no rerank."""
+        among equals), else no rerank. A depth whose reranks at the replica's arrival rate would
+        keep its CPU busier than `max_utilization` is not chosen: every request arriving
+        meanwhile would wait behind them."""
         best: tuple[float, float, int] | None = None  # quality, total, depth
         for depth in depths:
             plan = self.evaluate(request, depth, request.max_passages)
-            if plan.fits and (
+            busy = request.replica_rate_rps * plan.predicted_ms.rerank / 1000.0
+            if plan.fits and busy <= self.config.max_utilization and (
                 best is None or _better(plan.quality, plan.predicted_ms.total, *best[:2])
             ):
                 best = (plan.quality, plan.predicted_ms.total, depth)

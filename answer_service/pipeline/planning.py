@@ -147,6 +147,7 @@ class RequestPlanning:
             cached_share=cache.cached_share(worker),
             arrival_rate_rps=self.arrival_rate_rps(),
             quote=mode == "quote",
+            replica_rate_rps=self.arrivals.per_second(),
         )
         if arrival:  # after: the rate is that of the requests before this one
             self.arrivals.mark()

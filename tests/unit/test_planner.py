@@ -272,6 +272,15 @@ def test_a_quote_buys_the_rerank_depth_that_fits(budget_ms: float, depth: int) -
     assert planner().plan(request(budget_ms)).knobs.rerank_depth == (20 if budget_ms > 1_500 else 0)
 
 
+@pytest.mark.parametrize(("rate", "depth"), [(0.0, 20), (1.25, 20), (1.3, 0), (10.0, 0)])
+def test_a_quote_reranks_only_what_the_replicas_arrivals_leave_room_for(
+    rate: float, depth: int
+) -> None:
+    # 400 ms of rerank a request: past 1.25 requests a second it would take over half the CPU.
+    quote = dataclasses.replace(request(10_000), quote=True, replica_rate_rps=rate)
+    assert planner().plan(quote).knobs.rerank_depth == depth
+
+
 def test_a_quote_without_a_reranker_never_reranks() -> None:
     quote = dataclasses.replace(request(60_000), quote=True, reranker=False)
     assert planner().plan(quote).knobs.rerank_depth == 0
