@@ -21,9 +21,9 @@ indexes are built with `answer-service index build` over ../shared/data's corpor
 held-out queries, the hybrid order against the reranked one), times its adapter's (else the
 shipped one's) read of 10 and 30 SciFact
 passages under ONNX Runtime int8 and float32 and torch float32 (bf16 where the CPU has it), and
-answers the development sets of `sentence_pooling.py` in quote mode (3 s budgets): the planner
-off without a reranker and with the shipped builtin one at depth 20, and the planner on with
-it (the depth a quote's plan buys). Never an evaluation part. Lives here, not in eval/bench/,
+answers the development sets of `sentence_pooling.py` in quote mode (3 s budgets), the planner
+off, without a reranker and with the shipped builtin one at depths 10, 20 and 30. Never an
+evaluation part. Lives here, not in eval/bench/,
 because eval/ is at its line limit.
 """
 
@@ -115,14 +115,13 @@ def measure(args: argparse.Namespace) -> None:
     results["cost"] = cost_per_pair(adapter, args.repeats)
     embedder = SentenceTransformerEmbedder(EmbedderConfig())
     embedder.warm_up()
-    # The planner off: the rerank depth is fixed (20) wherever a reranker is loaded.
+    # The planner off, the rerank depth fixed: the quote's answers by depth (the planner's
+    # valuation of a quote's rerank, `QualityCurve.quote_by_depth`).
     fixed = {"ANSWER_PLANNER": "false"}
-    arms = {
-        "no reranker": (fixed, ["--reranker", "none"]),
-        "builtin, depth 20": (fixed, ["--reranker", "builtin"]),
-        # The planner on (the default): the quote's plan buys the depth that fits 3 s.
-        "builtin planner": ({}, ["--reranker", "builtin"]),
-    }
+    arms = {"no reranker": (fixed, ["--reranker", "none"])}
+    for depth in (10, 20, 30):
+        flags = ["--reranker", "builtin", "--experiment", f"fixed_rerank_depth={depth}"]
+        arms[f"depth {depth}"] = (fixed, flags)
     results |= answer_arms(args.work, args.squad_sample, embedder, arms)
     command = "python docs/benchmarks/builtin_reranker.py measure --work DIR "
     command += f"--run {args.run} " if args.run else ""
