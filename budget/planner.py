@@ -122,13 +122,20 @@ class QualityCurve:
     `by_depth[d][n - 1]` is the measured share of questions whose evidence is among the first
     `n` passages when the top `d` candidates are reranked (d = 0: retrieval order). Depths not
     measured take the nearest measured depth below; passages beyond the curve take its end.
+    `quote_by_depth[d]`, where measured, is the share of quotes that hold the answer at rerank
+    depth d: what a quote is worth, which its passages' order alone overstates.
     """
 
     by_depth: Mapping[int, Sequence[float]]
+    quote_by_depth: Mapping[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if 0 not in self.by_depth:
             raise ValueError("a quality curve needs depth 0 (no rerank)")
+        if self.quote_by_depth and 0 not in self.quote_by_depth:
+            raise ValueError("a quote's curve needs depth 0 (no rerank)")
+        if any(not 0.0 <= q <= 1.0 for q in self.quote_by_depth.values()):
+            raise ValueError("a quote's curve holds shares in [0, 1]")
         for depth, curve in self.by_depth.items():
             if not curve or any(b < a for a, b in itertools.pairwise(curve)):
                 raise ValueError(f"the curve at depth {depth} must be non-empty and monotone")
@@ -141,10 +148,13 @@ class QualityCurve:
         return curve[min(passages, len(curve)) - 1]
 
     def quote(self, rerank_depth: int) -> float:
-        """A quote's expected quality at a rerank depth: the share with the evidence first. The
-        quote is drawn from the sentences of every source, but the scorer weighs a sentence by
-        its passage's rank, so the first passage is what the reranker's order buys."""
-        return self.score(rerank_depth, 1)
+        """A quote's expected quality at a rerank depth: its measured curve (the nearest depth
+        below), else the share with the evidence first (the scorer weighs a sentence by its
+        passage's rank)."""
+        if not self.quote_by_depth:
+            return self.score(rerank_depth, 1)
+        depth = max(d for d in self.quote_by_depth if d <= max(rerank_depth, 0))
+        return self.quote_by_depth[depth]
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +354,10 @@ class Planner:
         for depth in depths:
             plan = self.evaluate(request, depth, request.max_passages)
             busy = request.replica_rate_rps * plan.predicted_ms.rerank / 1000.0
-            if plan.fits and busy <= self.config.max_utilization and (
-                best is None or _better(plan.quality, plan.predicted_ms.total, *best[:2])
+            if (
+                plan.fits
+                and busy <= self.config.max_utilization
+                and (best is None or _better(plan.quality, plan.predicted_ms.total, *best[:2]))
             ):
                 best = (plan.quality, plan.predicted_ms.total, depth)
         return self.evaluate(request, best[2] if best else 0, request.max_passages)

@@ -117,6 +117,16 @@ class FormPolicy:
     def mode_of(self, asked: AnswerMode | None) -> AnswerMode:
         return asked or self.config.mode
 
+    def quote_expected(self) -> bool:
+        """Whether `auto` will answer with a quote whatever the retrieval finds: the measured
+        curves (not a per-query model) put the quote at or above every generated form."""
+        if not isinstance(self._quality, QualityCurves):
+            return False
+        curves = self._quality.curves
+        quote = max(curves.get("quote", ()), default=None)
+        others = [q for form, curve in curves.items() if form != "quote" for q in curve]
+        return quote is not None and all(quote >= q for q in others)
+
     def choose(self, state: FormInput, remaining_ms: float) -> FormChoice:
         """The form for this request now: the one asked for, or under `auto` the best expected
         quality whose predicted first token fits the time left."""
@@ -129,6 +139,8 @@ class FormPolicy:
             # with the planner off every size is the request's.
             size = 0 if mode == "quote" else most
             return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
+        if mode == "auto" and self.quote_expected():  # and so it was planned as one
+            return FormChoice("quote", 0, 0.0, 0.0, "auto: the quote is expected to answer best")
         worker = state.worker
         request = form_request(state.query, state.sentences, most, state.evidence)
         planner = self._planning.planner

@@ -39,6 +39,9 @@ from budget.request_plan import RequestPlan
 # hybrid order with its first d reranked by the builtin reranker (d = 0: hybrid order alone):
 # 600 questions of the split's planner-training part, `python -m eval.calibrate.quality_curves
 # --reranker builtin --part planner_training --sample 600` (eval/results/quality-curves.json).
+# A quote is valued by what it answered at each fixed depth (quote mode, the planner off, 300
+# planner-training questions: docs/benchmarks/builtin_reranker.py, builtin-reranker.json): the
+# reranked order moves its gold passage up, not its answers, so a quote buys no rerank.
 # `ANSWER_CALIBRATION_DIR` loads the curves measured with the reranker a deployment serves.
 DEFAULT_QUALITY = QualityCurve(
     {
@@ -46,16 +49,19 @@ DEFAULT_QUALITY = QualityCurve(
         10: (0.777, 0.877, 0.910, 0.938, 0.948, 0.955, 0.957, 0.962, 0.962, 0.965),
         20: (0.792, 0.888, 0.917, 0.938, 0.958, 0.962, 0.968, 0.970, 0.972, 0.977),
         30: (0.802, 0.883, 0.922, 0.948, 0.965, 0.970, 0.973, 0.975, 0.977, 0.978),
-    }
+    },
+    quote_by_depth={0: 0.797, 10: 0.793, 20: 0.800, 30: 0.800},
 )
 
 
 def read_quality_curves(path: Path) -> QualityCurve:
-    """The `gold_in_top_n` curves by rerank depth of an `eval.calibrate.quality_curves` result file."""
+    """The `gold_in_top_n` curves by rerank depth of an `eval.calibrate.quality_curves` result
+    file, and its `quote_by_depth` where one was added (quotes answered at fixed depths)."""
     try:
-        depths = json.loads(path.read_text())["metrics"]["depths"]
+        metrics = json.loads(path.read_text())["metrics"]
         return QualityCurve(
-            {int(depth): tuple(curve["gold_in_top_n"]) for depth, curve in depths.items()}
+            {int(d): tuple(curve["gold_in_top_n"]) for d, curve in metrics["depths"].items()},
+            {int(d): float(q) for d, q in metrics.get("quote_by_depth", {}).items()},
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a quality-curves result: {exc}") from exc
@@ -128,11 +134,14 @@ class RequestPlanning:
         cache: CacheEstimator,
         *,
         mode: AnswerMode = "auto",
+        quote_expected: bool = False,
         arrival: bool = True,
     ) -> RequestPlan:
         """The plan at arrival: the planner's choice, or the fixed configuration. A `quote`
-        request is planned as one (no generation to pay for: the rerank depth is what it buys);
-        under `auto` the quote's own plan is kept for when no generation can make the budget.
+        request is planned as one (no generation to pay for: the rerank depth is what it buys),
+        and so is an `auto` one the quote is expected to answer (`quote_expected`: the forms'
+        curves put it above every generated form); otherwise under `auto` the quote's own plan
+        is kept for when no generation can make the budget.
         `arrival`: whether the request counts in the arrival rate (one the answer cache serves
         does not: it asks nothing of the workers)."""
         worker = self.gate.least_loaded()
@@ -146,7 +155,7 @@ class RequestPlanning:
             worker=worker,
             cached_share=cache.cached_share(worker),
             arrival_rate_rps=self.arrival_rate_rps(),
-            quote=mode == "quote",
+            quote=mode == "quote" or (mode == "auto" and quote_expected),
             replica_rate_rps=self.arrivals.per_second(),
         )
         if arrival:  # after: the rate is that of the requests before this one
@@ -156,7 +165,7 @@ class RequestPlanning:
         quote = None
         if self.config.enabled:
             plan = self.planner.plan(request)
-            if mode == "auto":
+            if mode == "auto" and not request.quote:
                 quote = self.planner.plan(dataclasses.replace(request, quote=True))
         else:
             depth = self.config.fixed_rerank_depth if reranker else 0
@@ -168,7 +177,8 @@ class RequestPlanning:
             tier=tier,
             budget_ms=budget_ms,
             requests_ahead=request.requests_ahead,
-            idle_floor_ms=self.planner.idle_floor_ms(request),
+            # The smallest generated answer's, whatever this request is planned as.
+            idle_floor_ms=self.planner.idle_floor_ms(dataclasses.replace(request, quote=False)),
         )
 
     def arrival_rate_rps(self) -> float:

@@ -9,6 +9,7 @@ server does not hold its first token back on demand."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -23,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from answer_service.http.api import create_app
 from answer_service.pipeline.admission import Slot
 from answer_service.runtime.settings import Settings
+from eval.lib.data import REPO_ROOT
 from generation.server.launch import SGLangServer
 from tests.fakes.fake_sglang import FakeSGLangState, create_fake_sglang
 from tests.integration.conftest import ServiceFactory, requests_taken
@@ -358,19 +360,26 @@ def test_with_the_planner_off_the_slot_queue_is_capped(
 
 
 @pytest.mark.sglang
-def test_a_quote_buys_rerank_depth_from_the_builtin_reranker(tiny_service: ServiceFactory) -> None:
-    """The shipped reranker and quality curves: a quote pays for no generation, so a roomy
-    budget buys the deepest rerank the planner has, timed by the warm-up."""
-    with tiny_service(reranker_model="builtin") as url:
-        deadline = time.monotonic() + 180
-        while (status := httpx.get(f"{url}/readyz").json()["reranker"]).startswith("loading"):
-            assert time.monotonic() < deadline, status
-            time.sleep(0.5)
-        assert status == "builtin"
-        body = {"query": QUESTION, "ttft_budget_ms": 10_000, "answer_mode": "quote"}
-        plan = parse_sse(post_answer(url, body).text)[0].data
-        assert plan["rerank_depth"] == 30
-        assert plan["predicted_ms"]["rerank"] > 0
-        assert plan["actual_ms"]["rerank"] > 0
-        assert plan["predicted_ms"]["first_token"] == 0  # a quote: no generation priced
-        assert plan["form"] == "quote"
+def test_a_quote_buys_the_rerank_depth_its_curve_pays_for(
+    tiny_service: ServiceFactory, tmp_path: Path
+) -> None:
+    """A quote pays for no generation, so a roomy budget buys the deepest rerank its measured
+    curve says is worth it: none with the shipped curve (the builtin reranker moves the gold
+    passage up, not the quote's answers), the deepest with a curve where depth pays."""
+    curves = json.loads((REPO_ROOT / "eval/results/quality-curves.json").read_text())
+    curves["metrics"]["quote_by_depth"] = {"0": 0.70, "10": 0.75, "30": 0.80}
+    (tmp_path / "quality-curves.json").write_text(json.dumps(curves))
+    body = {"query": QUESTION, "ttft_budget_ms": 10_000, "answer_mode": "quote"}
+    for calibration, depth in ((None, 0), (tmp_path, 30)):
+        with tiny_service(reranker_model="builtin", calibration_dir=calibration) as url:
+            deadline = time.monotonic() + 180
+            while (status := httpx.get(f"{url}/readyz").json()["reranker"]).startswith("loading"):
+                assert time.monotonic() < deadline, status
+                time.sleep(0.5)
+            assert status == "builtin"
+            plan = parse_sse(post_answer(url, body).text)[0].data
+            assert plan["rerank_depth"] == depth
+            assert (plan["predicted_ms"]["rerank"] > 0) == (plan["actual_ms"]["rerank"] > 0)
+            assert (plan["actual_ms"]["rerank"] > 0) == (depth > 0)
+            assert plan["predicted_ms"]["first_token"] == 0  # a quote: no generation priced
+            assert plan["form"] == "quote"

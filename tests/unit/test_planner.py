@@ -284,3 +284,17 @@ def test_a_quote_reranks_only_what_the_replicas_arrivals_leave_room_for(
 def test_a_quote_without_a_reranker_never_reranks() -> None:
     quote = dataclasses.replace(request(60_000), quote=True, reranker=False)
     assert planner().plan(quote).knobs.rerank_depth == 0
+
+
+def test_a_measured_quote_curve_values_the_quote_and_a_flat_one_buys_no_rerank() -> None:
+    measured = dataclasses.replace(CURVE, quote_by_depth={0: 0.80, 20: 0.803})
+    assert (measured.quote(0), measured.quote(10), measured.quote(30)) == (0.80, 0.80, 0.803)
+    quote = dataclasses.replace(request(10_000), quote=True)
+    # 0.3 points for 400 ms: within the half point that goes to the faster plan.
+    assert Planner(StageModels(PRIORS), measured, CONFIG).plan(quote).knobs.rerank_depth == 0
+    steeper = dataclasses.replace(CURVE, quote_by_depth={0: 0.80, 20: 0.85})
+    assert Planner(StageModels(PRIORS), steeper, CONFIG).plan(quote).knobs.rerank_depth == 20
+    with pytest.raises(ValueError, match="depth 0"):
+        QualityCurve({0: (0.5,)}, {20: 0.6})
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        QualityCurve({0: (0.5,)}, {0: 1.5})

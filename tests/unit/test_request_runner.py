@@ -22,6 +22,7 @@ from answer_service.pipeline.planning import PlanningConfig, RequestPlanning
 from answer_service.pipeline.stage_runner import StageRunner
 from answer_service.runtime.caches import AnswerCache, SharedCache
 from budget import CacheEstimator, Deadline
+from budget.forms import QualityCurves
 from budget.planner import StageName
 from budget.stage import StageCut, StageResult
 from retrieval.passage import ScoredPassage
@@ -205,6 +206,8 @@ async def test_admission_turns_a_request_no_generation_can_make_into_a_quote(
         workers=[generation],
         answer_mode="auto",
         planning=PlanningConfig(enabled=True),
+        # A model whose answers beat the quote: `auto` plans a generation first.
+        form_quality=QualityCurves({"quote": (0.5,), "passages": (0.7, 0.8)}),
     )
     # 60 ms: the shipped priors put the smallest generated answer's first token past it.
     events = await _answer(pipeline, "How long is green tea steeped?", budget_ms=60)
@@ -216,6 +219,28 @@ async def test_admission_turns_a_request_no_generation_can_make_into_a_quote(
     names = _spans(exporter)
     assert names[-1] == "quote"
     assert "form" not in names  # admission chose the form
+    assert "slot" not in names
+
+
+async def test_auto_is_planned_as_a_quote_where_the_quote_is_expected_to_answer_best(
+    index_dir: Path,
+) -> None:
+    generation = ScriptedGeneration(words("never asked"))
+    pipeline, exporter = make_pipeline(
+        index_dir,
+        workers=[generation],
+        answer_mode="auto",
+        planning=PlanningConfig(enabled=True),
+        # The shipped curves for SmolLM2: the quote 0.82, generated forms at most 0.39.
+    )
+    events = await _answer(pipeline, "How long is green tea steeped?", budget_ms=3_000)
+    plan = next(e for e in events if isinstance(e, PlanEvent)).record
+    assert (plan.form, plan.form_reason) == ("quote", "auto: the quote is expected to answer best")
+    assert plan.predicted_ms.first_token == plan.predicted_ms.prompt == 0.0  # none to pay for
+    assert plan.floor_ms > 0  # still the smallest generated answer's, for /readyz
+    assert generation.prompts == []
+    names = _spans(exporter)
+    assert names[-1] == "quote"
     assert "slot" not in names
 
 

@@ -92,7 +92,8 @@ def test_planner_settings_are_validated(tmp_path: Path) -> None:
                     "depths": {
                         "0": {"gold_in_top_n": [0.5, 0.7]},
                         "20": {"gold_in_top_n": [0.6, 0.8]},
-                    }
+                    },
+                    "quote_by_depth": {"0": 0.7, "20": 0.75},
                 }
             }
         )
@@ -101,6 +102,7 @@ def test_planner_settings_are_validated(tmp_path: Path) -> None:
     assert settings.calibrated("quality-curves.json") == good
     assert settings.calibrated("form-curves.json") is None  # the shipped one
     assert planning_config(settings, 0).quality != planning_config(Settings(), 0).quality
+    assert planning_config(settings, 0).quality.quote_by_depth == {0: 0.7, 20: 0.75}
 
 
 def test_a_key_whose_tier_is_not_served_is_refused_at_start_up(tmp_path: Path) -> None:
