@@ -295,7 +295,7 @@ class AnswerPipeline:
             reranker=retriever.rerank is not None,
             cache=self.cache,
             mode=mode,
-            quote_expected=self._forms.quote_expected(),
+            quote_expected=self._forms.quote_expected,
             # A cached answer costs the workers nothing: it is not a load on them.
             arrival=hit is None,
         ).admit(mode, request.top_k, request.allow_sources_only)

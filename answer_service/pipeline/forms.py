@@ -97,6 +97,10 @@ class FormPolicy:
         self.config = config
         self._planning = planning
         self._quality = quality
+        # Whether `auto` will answer with a quote whatever retrieval finds: measured curves
+        # (not a per-query model) that put the quote at or above every generated form. Fixed
+        # by the curves, so decided once here rather than per request.
+        self.quote_expected = isinstance(quality, QualityCurves) and _quote_dominates(quality)
 
     def evidence(self, sentences: Sequence[ScoredSentence]) -> float:
         """How likely the retrieved sentences are to answer: the answerable model's chance, or
@@ -117,16 +121,6 @@ class FormPolicy:
     def mode_of(self, asked: AnswerMode | None) -> AnswerMode:
         return asked or self.config.mode
 
-    def quote_expected(self) -> bool:
-        """Whether `auto` will answer with a quote whatever the retrieval finds: the measured
-        curves (not a per-query model) put the quote at or above every generated form."""
-        if not isinstance(self._quality, QualityCurves):
-            return False
-        curves = self._quality.curves
-        quote = max(curves.get("quote", ()), default=None)
-        others = [q for form, curve in curves.items() if form != "quote" for q in curve]
-        return quote is not None and all(quote >= q for q in others)
-
     def choose(self, state: FormInput, remaining_ms: float) -> FormChoice:
         """The form for this request now: the one asked for, or under `auto` the best expected
         quality whose predicted first token fits the time left."""
@@ -139,7 +133,7 @@ class FormPolicy:
             # with the planner off every size is the request's.
             size = 0 if mode == "quote" else most
             return FormChoice(mode, size, 0.0, 0.0, f"answer_mode {mode} asked for")
-        if mode == "auto" and self.quote_expected():  # and so it was planned as one
+        if mode == "auto" and self.quote_expected:  # and so it was planned as one
             return FormChoice("quote", 0, 0.0, 0.0, "auto: the quote is expected to answer best")
         worker = state.worker
         request = form_request(state.query, state.sentences, most, state.evidence)
@@ -172,6 +166,13 @@ class FormPolicy:
                 + choice.reason,
             )
         return choose_form(expected, cost, available, most)
+
+
+def _quote_dominates(quality: QualityCurves) -> bool:
+    curves = quality.curves
+    quote = max(curves.get("quote", ()), default=None)
+    others = [q for form, curve in curves.items() if form != "quote" for q in curve]
+    return quote is not None and all(quote >= q for q in others)
 
 
 def form_request(
