@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eval.bench.overload_soak import rss_mib
+from docs.benchmarks.overload_soak import rss_mib
 from retrieval.embedder import EmbedderConfig, SentenceTransformerEmbedder
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The soak's memory, collector-pause and refusal-time summaries (eval/bench/overload_soak.py)."""
+"""The soak's memory, collector-pause and refusal-time summaries (docs/benchmarks/overload_soak.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from answer_service.runtime.observability.gc_pauses import GcPauses
 from answer_service.runtime.observability.loop_lag import LoopLag
 from answer_service.runtime.observability.metrics import ServiceMetrics
-from eval.bench.overload_soak import (
+from docs.benchmarks.overload_soak import (
     gc_pauses_between,
     loop_lag_between,
     parse_gc_pauses,
@@ -18,7 +18,7 @@ from eval.bench.overload_soak import (
     soak_summary,
     wire_summary,
 )
-from eval.lib.wire_timing import Exchange
+from docs.benchmarks.wire_timing import Exchange
 
 
 def test_a_store_filling_early_then_flat_shows_in_the_second_half() -> None:

@@ -1,4 +1,4 @@
-"""Response times on the wire (eval/lib/wire_timing.py): frames parsed, requests paired with their
+"""Response times on the wire (docs/benchmarks/wire_timing.py): frames parsed, requests paired with their
 responses per keep-alive connection, and a real capture on the loopback interface."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from eval.lib.wire_timing import LoopbackCapture, Packet, exchanges, parse_frame
+from docs.benchmarks.wire_timing import LoopbackCapture, Packet, exchanges, parse_frame
 
 PORT = 8123
 

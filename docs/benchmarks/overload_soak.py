@@ -13,13 +13,13 @@
   `answer_refusal_seconds`, `answer_event_loop_lag_seconds`) before and after each.
 - in the overload, each response's time on the wire (`wire_ms`, by status: from the
   request's first bytes on the loopback interface to its response's, by the kernel's clock;
-  eval/lib/wire_timing.py, as root): what the service host takes, without the load generator's
+  docs/benchmarks/wire_timing.py, as root): what the service host takes, without the load generator's
   own waits on the cores it shares (`--no-wire` to skip).
 
 Both drive the service with `answer-eval load` (eval/lib/load_engine.py). The answer cache is off so
 every request is answered by the pipeline.
 
-    python -m eval.bench.overload_soak --index DIR --sglang-url http://127.0.0.1:30000 \\
+    PYTHONPATH=. python docs/benchmarks/overload_soak.py --index DIR --sglang-url http://127.0.0.1:30000 \\
         --goodput-rps 0.7 --out docs/benchmarks/overload-soak.json
 """
 
@@ -42,10 +42,10 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from docs.benchmarks.wire_timing import Exchange, LoopbackCapture, exchanges
 from eval.lib.data import SQUAD_DIR
 from eval.lib.latency_stats import percentiles
 from eval.lib.stack import ServiceProcess, add_service_options, free_port, service_environment
-from eval.lib.wire_timing import Exchange, LoopbackCapture, exchanges
 
 
 def _load(
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-wire",
         dest="wire",
         action="store_false",
-        help="do not time responses on the loopback interface (eval/lib/wire_timing.py)",
+        help="do not time responses on the loopback interface (docs/benchmarks/wire_timing.py)",
     )
     add_service_options(parser)
     args = parser.parse_args(argv)
