@@ -86,6 +86,10 @@ class ChatTemplate(Protocol):
         ...
 
 
+# Words whose token ids `HFChatTemplate.vocabulary` keeps (a few MB); past it, it starts over.
+_MOST_WORDS = 200_000
+
+
 class HFChatTemplate:
     """The chat template and tokenizer of a transformers model folder or hub id.
 
@@ -100,6 +104,9 @@ class HFChatTemplate:
         self._specials: re.Pattern[str] | None = None
         # Rust tokenizers are not safe to reconfigure from two threads at once.
         self._lock = threading.Lock()
+        # A word's token ids alone (how it reads opening a sentence): most words of a new
+        # passage were seen in earlier ones, so only the new ones are tokenized.
+        self._word_ids: dict[str, tuple[int, ...]] = {}
 
     def warm_up(self) -> None:
         if self._tokenizer is not None:
@@ -165,12 +172,19 @@ class HFChatTemplate:
     def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
         tokenizer = self._loaded()
         # A word inside the text and the same word opening a sentence are different tokens.
-        words = sorted({word for text in texts for word in text.split()})
+        words = {word for text in texts for word in text.split()}
         ids: set[int] = set()
         if words:
+            known = self._word_ids
             with self._lock:
-                encoded = tokenizer([*texts, *words], add_special_tokens=False)["input_ids"]
-            ids = {token for row in encoded for token in row}
+                new = sorted(word for word in words if word not in known)
+                encoded = tokenizer([*texts, *new], add_special_tokens=False)["input_ids"]
+                seen = [known[word] for word in words if word in known]
+                if len(known) + len(new) > _MOST_WORDS:
+                    known.clear()
+                known.update(zip(new, map(tuple, encoded[len(texts) :]), strict=True))
+            for row in (*encoded, *seen):
+                ids.update(row)
         if tokenizer.eos_token_id is not None:
             ids.add(tokenizer.eos_token_id)
         return frozenset(ids - {tokenizer.unk_token_id})
@@ -353,6 +367,8 @@ class PromptAssembler:
         self._lock = threading.Lock()
         self._blocks: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._most_blocks = blocks
+        # Per passage text: the token ids a copy bias raises (`ChatTemplate.vocabulary`).
+        self._vocabularies: OrderedDict[str, frozenset[int]] = OrderedDict()
         # Per `example`: the text before the user turn's content (with the header piece), its
         # tokens, and the text after it.
         self._frames: dict[bool, tuple[str, int, str]] = {}
@@ -427,6 +443,37 @@ class PromptAssembler:
             if len(self._blocks) > self._most_blocks:
                 self._blocks.popitem(last=False)
         return found
+
+    def warm(self, passages: Sequence[ContextPassage], *, vocabulary: bool) -> None:
+        """Tokenize the passages' blocks (and, for a copy bias, their vocabularies) ahead of
+        the prompt that will hold them: a prompt made later finds them made."""
+        self.warm_up()
+        if self._pieced:
+            for passage in passages:
+                self._block(_block_piece(passage))
+        if vocabulary:
+            self.vocabulary([passage.text for passage in passages])
+
+    def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
+        """`template.vocabulary(texts)`, made of each text's own, kept in an LRU (the
+        vocabulary of several texts is the union of each one's: every word and text is
+        tokenized alone), so a passage is tokenized word by word once, not per prompt."""
+        if not texts:
+            return self.template.vocabulary(())
+        parts = []
+        for text in texts:
+            with self._lock:
+                found = self._vocabularies.get(text)
+                if found is not None:
+                    self._vocabularies.move_to_end(text)
+            if found is None:
+                found = self.template.vocabulary((text,))
+                with self._lock:
+                    self._vocabularies[text] = found
+                    if len(self._vocabularies) > self._most_blocks:
+                        self._vocabularies.popitem(last=False)
+            parts.append(found)
+        return frozenset().union(*parts)
 
     def _whole(
         self, question: str, passages: Sequence[ContextPassage], example: bool

@@ -8,6 +8,10 @@ from generation.prompt_layout import ChatMessage
 
 
 class WordTemplate:
+    def __init__(self) -> None:
+        # A word's token id, as a tokenizer's vocabulary fixes it: the order it was first seen.
+        self._ids: dict[str, int] = {}
+
     def warm_up(self) -> None:
         pass
 
@@ -21,5 +25,5 @@ class WordTemplate:
         return len(text.split())
 
     def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
-        # A word's token id: its place among the distinct words of the texts.
-        return frozenset(range(len({word for text in texts for word in text.split()})))
+        words = [word for text in texts for word in text.split()]
+        return frozenset(self._ids.setdefault(word, len(self._ids)) for word in words)

@@ -216,3 +216,23 @@ def test_a_template_that_rewrites_the_user_turn_is_rendered_whole() -> None:
     assert not assembler.pieced
     assert "QUESTION: WHAT IS THREE?" in prompt.text
     assert prompt.prompt_tokens == template.count_tokens(prompt.text)
+
+
+def test_a_vocabulary_made_of_each_passage_s_own_is_the_template_s(
+    chatml_tokenizer_dir: Path,
+) -> None:
+    """The copy bias's vocabulary is kept per passage (a passage is tokenized word by word once,
+    not for every prompt it is in); together they are exactly what the template gives for all
+    the passages at once, in any order, and a second prompt reads them from the cache."""
+    template = HFChatTemplate(str(chatml_tokenizer_dir))
+    assembler = PromptAssembler(template)
+    texts = [p.text for p in PASSAGES]
+    assert assembler.vocabulary(texts) == template.vocabulary(texts)
+    assert assembler.vocabulary(texts[::-1]) == template.vocabulary(texts)
+    assert assembler.vocabulary(texts[:1]) == template.vocabulary(texts[:1])
+    assert assembler.vocabulary([]) == template.vocabulary([])
+    calls: list[Sequence[str]] = []
+    counted = template.vocabulary
+    template.vocabulary = lambda some: calls.append(some) or counted(some)  # type: ignore[method-assign]
+    assembler.vocabulary(texts)
+    assert calls == []
