@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -132,7 +133,7 @@ class GenerationGate:
         state = self._workers[worker]
         ticket = next(self._tickets)
         loop = asyncio.get_running_loop()
-        started_s = loop.time()
+        started_s = time.perf_counter()
         if len(state.held) < state.capacity and not len(state.queue):
             state.held[ticket] = tokens
             return Slot(self, worker, ticket, 0.0)
@@ -149,7 +150,7 @@ class GenerationGate:
             elif ticket in state.held:  # granted in the same tick it was cancelled
                 self._release(worker, ticket)
             raise
-        return Slot(self, worker, ticket, (loop.time() - started_s) * 1000.0)
+        return Slot(self, worker, ticket, (time.perf_counter() - started_s) * 1000.0)
 
     def _owe(self, worker: str, ticket: int, tokens: float) -> None:
         held = self._workers[worker].held

@@ -1,10 +1,14 @@
 """The answer pipeline: every step of a request is a stage run by the one `StageRunner` under
 its slice of the request's deadline, and after each `budget/` gives back the next plan.
 
-    (rewrite →) cache → (admit) → embed → search → rerank → sentences → read → evidence
-          (→ abstain)
-          → form → quote                                       (an answer without the model)
-          → slot → prompt → generate (send) → first_token      (answer_stream.py)
+    (rewrite →) cache → (admit) → embed → search → rerank → sentences → evidence (→ abstain)
+          → form → read → quote                                (an answer without the model)
+                 → (read, focused only →) slot → prompt → generate (send) → first_token
+                                                                (answer_stream.py)
+
+The reader orders sentences for an answer made of them (a quote, focused excerpts), so it runs
+after the form is chosen: abstention and the form read the scorer's own order, and an answer
+over whole passages never waits for it.
 
 A request with history first has its query made standalone (`rewrite`, model-free): retrieval
 and the prompt see the follow-up as searched, reading (the sentences, the reader, the form, the
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -83,6 +87,7 @@ from generation.client import GenerationClient
 from generation.prefix_routing import PrefixRouter, RoutingPolicy
 from generation.prompt_layout import ChatTemplate, ContextPassage
 from generation.stages import PromptConfig, PromptStage
+from retrieval.passage import ScoredPassage
 from retrieval.query_rewrite import (
     Conversation,
     FollowUpRewriter,
@@ -316,8 +321,18 @@ class AnswerPipeline:
             rewritten, plan = await run(stage, queries.searched, deadline, plan)
             queries = dataclasses.replace(queries, searched=rewritten.value)
         outcome = dataclasses.replace(outcome, queries=queries)
-        # Sources alone need no reranking and no reading; a quote reranks as deep as its plan
-        # bought and reads where it can.
+        # Where whole passages will likely be generated over, their prompt pieces are made in
+        # a thread while the sentences are scored and the form is chosen.
+        prefetched: list[asyncio.Future[None]] = []
+        on_passages: Callable[[list[ScoredPassage]], None] | None = None
+        if plan.route == "model" and (
+            mode == "passages" or (mode == "auto" and not self._forms.quote_expected)
+        ):
+
+            def on_passages(passages: list[ScoredPassage]) -> None:
+                prefetched.append(self.prompts.prefetch(context_passages(passages)))
+
+        # Sources alone need no reranking; a quote reranks as deep as its plan bought.
         retrieved, plan = await self._retrieval.run(
             retriever,
             request,
@@ -326,7 +341,7 @@ class AnswerPipeline:
             deadline,
             hard,
             rerank=plan.route != "sources_only",
-            read=plan.route != "sources_only",
+            on_passages=on_passages,
         )
         readings = [retrieved.first_pass]
         if retrieved.searched_pass:  # a follow-up: the stronger of its two readings
@@ -358,6 +373,10 @@ class AnswerPipeline:
                 plan,
             )
             choice = chosen.value
+        if choice.form in ("quote", "focused"):  # made of sentences: read them first
+            retrieved, plan = await self._retrieval.read(
+                retriever, queries.read, retrieved, plan, deadline, hard
+            )
         if choice.form == "quote":
             plan = plan.with_form(choice, 0)
             quoted, plan = await run(
@@ -376,7 +395,10 @@ class AnswerPipeline:
         else:
             context = context_passages(retrieved.passages)
         plan = plan.with_form(choice, len(context))
-        return await self._generate(outcome, request, plan, retriever, retrieved, context, hard)
+        ready = prefetched[0] if prefetched and choice.form == "passages" else None
+        return await self._generate(
+            outcome, request, plan, retriever, retrieved, context, hard, ready
+        )
 
     async def _rewritten(
         self, request: AnswerRequest, retriever: Retriever, hard: Deadline, root: Span
@@ -464,6 +486,7 @@ class AnswerPipeline:
         retrieved: Retrieved,
         context: Sequence[ContextPassage],
         hard: Deadline,
+        ready: Awaitable[None] | None = None,
     ) -> PreparedAnswer:
         ids = [p.source_id for p in context]
         # A remembered prefix may bring along passages another request retrieved: only those
@@ -482,6 +505,7 @@ class AnswerPipeline:
                     context,
                     worker,
                     lookup,
+                    ready,
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)

@@ -5,7 +5,7 @@ SGLang's response headers), and hand the open stream to the answer; each a stage
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from answer_service.errors import (
@@ -83,9 +83,11 @@ class GenerationSteps:
         context: Sequence[ContextPassage],
         worker: str,
         lookup: PassageLookup,
+        ready: Awaitable[None] | None = None,
     ) -> tuple[Generation, RequestPlan]:
         """The request's slot on `worker`, its prompt and its open stream, or an error.
-        `question`: what the prompt asks (a follow-up as searched, `Queries.searched`)."""
+        `question`: what the prompt asks (a follow-up as searched, `Queries.searched`);
+        `ready`: the context's prompt pieces being made ahead (`PromptStage.prefetch`)."""
         gate = self._planning.gate
         slot_result, plan = await self._runner.run(
             self._slots,
@@ -99,7 +101,7 @@ class GenerationSteps:
         try:
             ahead = gate.prefilling_tokens(worker, slot)
             prompt, plan = await self._prompt(
-                question, plan, deadline, context, worker, lookup, ahead
+                question, plan, deadline, context, worker, lookup, ahead, ready
             )
             uncached = self._uncached(worker, prompt)
             slot.owe(uncached)
@@ -153,6 +155,7 @@ class GenerationSteps:
         worker: str,
         lookup: PassageLookup,
         prefill_ahead_tokens: float,
+        ready: Awaitable[None] | None,
     ) -> tuple[Prompt, RequestPlan]:
         """The prompt stage with the generation re-plan: the most of the planned passages whose
         predicted first token still fits the time left, given the real prompt, its cached
@@ -174,6 +177,7 @@ class GenerationSteps:
             self._router.tree(worker),
             lookup,
             fit if plan.planner else None,
+            ready,
         )
         try:
             result, plan = await self._runner.run(self._prompts, prompt_request, deadline, plan)

@@ -1,12 +1,14 @@
 """The retrieval part of an answer: the query's embedding (or the cached one), the search in
-the configured mode, the rerank the plan asked for, the sentences of what was found and their
-reading, each a stage run by the `StageRunner` under its slice, each returning the next plan. Embedding and search cannot be cut short and still give passages: they may run
+the configured mode, the rerank the plan asked for, the sentences of what was found, and (once
+a form that quotes them is chosen) their reading, each a stage run by the `StageRunner` under its slice, each returning the next plan. Embedding and search cannot be cut short and still give passages: they may run
 to the end of the TTFT budget (at least the floor); a rerank that would overrun is cut to
 retrieval order."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from answer_service.errors import ServiceError, StageTimeoutError
@@ -97,10 +99,12 @@ class RetrievalSteps:
         hard: Deadline,
         *,
         rerank: bool = True,
-        read: bool = True,
+        on_passages: Callable[[list[ScoredPassage]], None] | None = None,
     ) -> tuple[Retrieved, RequestPlan]:
         """What retrieval found for `request`, and the plan after it: embed, search and rerank
-        take `queries.searched`, the sentences and the reader `queries.read`. `deadline`: the
+        take `queries.searched`, the sentences `queries.read` (the reader comes later, where
+        the answer's form uses it: `read`). `on_passages` is told the passages as soon as they
+        are final (after the rerank), before the sentences are scored. `deadline`: the
         first token's; `hard`: the point past which the request is given up on."""
         run = self._runner.run
         plan = plan.retrieving(request.top_k)
@@ -143,6 +147,8 @@ class RetrievalSteps:
                 passages, plan = await self._rerank(
                     retriever, request, queries.searched, plan, passages, vector, deadline, hard
                 )
+            if on_passages is not None:
+                on_passages(passages)
             if vector is None:  # the mode needed none; the sentence scorer does
                 embedded, plan = await run(
                     self._embed_stage(retriever), queries.searched, retrieval, plan
@@ -160,7 +166,7 @@ class RetrievalSteps:
                 retrieval,
                 plan,
             )
-            first_pass = ranked = sentences.value
+            first_pass = sentences.value
             searched_pass: list[ScoredSentence] = []
             if queries.split:
                 scored, plan = await run(
@@ -170,21 +176,40 @@ class RetrievalSteps:
                     plan,
                 )
                 searched_pass = scored.value
-            if read and retriever.read is not None:
-                # Reading is worth its time only inside the first token's budget (retrieval's
-                # slice has a floor, so that sources come back even when the budget is spent).
-                reread, plan = await run(
-                    retriever.read,
-                    ReadRequest(queries.read, first_pass),
-                    hard.slice_ms(deadline.remaining_ms()),
-                    plan,
-                )
-                ranked = reread.value
         except RetrievalTimeoutError as exc:
             raise StageTimeoutError(str(exc)) from exc
         except RetrievalError as exc:
             raise ServiceError(f"retrieval failed: {exc}") from exc
-        return Retrieved(passages, vector, ranked, first_pass, searched_pass), plan
+        return Retrieved(passages, vector, first_pass, first_pass, searched_pass), plan
+
+    async def read(
+        self,
+        retriever: Retriever,
+        query: str,
+        retrieved: Retrieved,
+        plan: RequestPlan,
+        deadline: Deadline,
+        hard: Deadline,
+    ) -> tuple[Retrieved, RequestPlan]:
+        """The reader's order of the sentences, for an answer made of them (a quote, focused
+        excerpts): run only once such a form is chosen, so an answer over whole passages or an
+        abstention never waits for it."""
+        if retriever.read is None:
+            return retrieved, plan
+        try:
+            # Reading is worth its time only inside the first token's budget (retrieval's
+            # slice has a floor, so that sources come back even when the budget is spent).
+            reread, plan = await self._runner.run(
+                retriever.read,
+                ReadRequest(query, retrieved.first_pass),
+                hard.slice_ms(deadline.remaining_ms()),
+                plan,
+            )
+        except RetrievalTimeoutError as exc:
+            raise StageTimeoutError(str(exc)) from exc
+        except RetrievalError as exc:
+            raise ServiceError(f"retrieval failed: {exc}") from exc
+        return dataclasses.replace(retrieved, sentences=reread.value), plan
 
     def _embed_stage(self, retriever: Retriever) -> EmbedStage | CachedEmbedStage:
         if self._embeddings is None:

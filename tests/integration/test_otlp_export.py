@@ -53,7 +53,6 @@ def test_spans_are_exported_to_the_configured_collector(
         "form",
         "generate",
         "prompt",
-        "read",
         "search",
         "sentences",
         "slot",
