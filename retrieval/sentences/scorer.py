@@ -447,7 +447,7 @@ class _LocalCover:
     """The question's terms weighted by how few of its candidate sentences hold each (IDF over
     the candidates, not the corpus), and each candidate's share of that weight."""
 
-    def __init__(self, asked: frozenset[str], lists: Sequence[list[str]]) -> None:
+    def __init__(self, asked: frozenset[str], lists: Sequence[Sequence[str]]) -> None:
         held = [frozenset(terms) for terms in lists]
         n = len(held)
         self._weights: dict[str, float] = {}

@@ -4,6 +4,7 @@ frequencies counted over an index's passages for IDF weights."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -18,14 +19,21 @@ _STOPWORDS = frozenset(STOPWORDS_EN_PLUS) | {"also", "answer", "passage", "sourc
 _STEMMER = Stemmer.Stemmer("english")
 
 
+# Sentences recur (a popular passage's, on every request that retrieves it; each request
+# scores every sentence of its passages): their terms are kept, not found again.
+_CACHED_TEXTS = 65_536
+
+
+@functools.lru_cache(maxsize=_CACHED_TEXTS)
 def content_terms(text: str) -> frozenset[str]:
     return frozenset(term_list(text))
 
 
-def term_list(text: str) -> list[str]:
+@functools.lru_cache(maxsize=_CACHED_TEXTS)
+def term_list(text: str) -> tuple[str, ...]:
     """The content terms of `text` in order, repeats kept."""
     words = [w for w in _WORD.findall(_MARKER.sub(" ", text).lower()) if w not in _STOPWORDS]
-    return list(_STEMMER.stemWords(words))
+    return tuple(_STEMMER.stemWords(words))
 
 
 def coverage(terms: frozenset[str], other: frozenset[str]) -> float:
