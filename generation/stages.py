@@ -81,7 +81,11 @@ class PromptStage:
         warm = functools.partial(
             self._assembler.warm, tuple(passages), vocabulary=self._config.vocabulary
         )
-        return loop.run_in_executor(None, warm)
+        future = loop.run_in_executor(None, warm)
+        # A prompt that is never made (a quote, an abstention) never awaits it: its failure
+        # is taken here, not reported as never retrieved.
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return future
 
     async def run(self, request: PromptRequest, deadline: Deadline) -> StageResult[Prompt]:
         if request.ready is not None:

@@ -273,6 +273,8 @@ async def measure(
                     started_s = slot.level_start_s + record.start_offset_s
                     row.update(
                         service=record.client_ttft_ms,
+                        # The service's own clock, from its deadline's start (after HTTP in).
+                        service_server_ttft=record.server_ttft_ms,
                         form=record.form,
                         service_stages_ms=dict(record.stages_ms),
                         service_prompt_tokens=record.prompt_tokens,
