@@ -5,7 +5,8 @@ quantized dynamically per output channel with ONNX Runtime's own tool (weights i
 quantized as they come). Both files are kept under the cache folder, named by a digest of the
 weights, the config, the versions that made them and `EXPORT_FORMAT`, so a changed model or
 exporter makes new ones; a file is written aside and renamed, so processes that export at once
-never read half of one. Only the pipelines the service knows how to finish are run here:
+never read half of one. Each opening marks its folder used; making a new export removes the
+folders none opened for `UNUSED_EXPORT_S` (a week). Only the pipelines the service knows how to finish are run here:
 a transformer, mean pooling, optionally a normalisation (what `mean_pooled` checks); any other
 stays on sentence-transformers' torch path. The sentence reader's encoder, its adapters merged
 in, is exported the same way (`exported_model(change=...)`) and run by `cpu_session`.
@@ -22,6 +23,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +43,11 @@ EXPORT_FORMAT = 1
 _OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+# An export folder no process has opened for this long is removed when a new export is made
+# (a retrained reader, a new model or library version each make one; about 110 MB apiece).
+UNUSED_EXPORT_S = 7 * 24 * 3600
+_USED = ".used"
 
 Precision = Literal["float32", "int8"]
 Floats = npt.NDArray[np.float32]
@@ -157,7 +165,11 @@ def exported_model(
     `change_digest` (a digest of what it changes)."""
     name = f"{model_path.name}-{_digest(model_path)}"
     folder = cache_dir / "onnx" / (f"{name}-{change_digest}" if change_digest else name)
+    new = not (folder / "model.onnx").is_file()
     plain = _written(folder / "model.onnx", lambda path: _export(model_path, path, change))
+    (folder / _USED).touch()
+    if new:
+        forget_unused_exports(folder.parent, UNUSED_EXPORT_S)
     if precision == "float32":
         return plain
 
@@ -177,6 +189,25 @@ def exported_model(
             logging.getLogger().removeFilter(quiet)
 
     return _written(folder / "model.int8.onnx", quantize)
+
+
+def forget_unused_exports(root: Path, unused_s: float) -> list[Path]:
+    """Remove the export folders under `root` that no process has opened for `unused_s` (each
+    opening touches its `.used`; a folder without one counts from its own time); return them.
+    A process that has a session open keeps it: the session holds the model in memory."""
+    cutoff = time.time() - unused_s
+    removed = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        mark = folder / _USED
+        try:
+            last = (mark if mark.exists() else folder).stat().st_mtime
+        except FileNotFoundError:  # another process removed it first
+            continue
+        if last < cutoff:
+            shutil.rmtree(folder, ignore_errors=True)
+            logger.info("onnx export removed, unused for %.0f days: %s", unused_s / 86400, folder)
+            removed.append(folder)
+    return removed
 
 
 class _BelowError(logging.Filter):

@@ -1,16 +1,24 @@
 """Which models the embedder runs under ONNX Runtime (retrieval/embedder.py `pick_runtime`,
 retrieval/onnx_encoder.py `mean_pooled`), and the exported files' cache: written aside and
-renamed, named by the weights they came from."""
+renamed, named by the weights they came from, removed once long unused."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from retrieval.embedder import pick_dtype, pick_runtime, resolve_model_path
-from retrieval.onnx_encoder import _digest, _written, mean_pooled
+from retrieval.onnx_encoder import (
+    UNUSED_EXPORT_S,
+    _digest,
+    _written,
+    forget_unused_exports,
+    mean_pooled,
+)
 
 
 def _folder(tmp_path: Path, pooling: dict[str, bool], kinds: tuple[str, ...]) -> Path:
@@ -99,3 +107,25 @@ def test_a_file_is_written_aside_then_renamed_and_kept(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="disk full"):
         _written(other, fails)
     assert list(other.parent.iterdir()) == [target]  # nothing half-written left behind
+
+
+def test_exports_no_process_opened_for_a_while_are_removed(tmp_path: Path) -> None:
+    """Each retrained reader or new version makes an export (~110 MB): one unopened for longer
+    than the bound goes when a new one is made; one opened lately (its `.used` touched) stays,
+    however old its files, and so does one without a mark that is itself recent."""
+    root = tmp_path / "onnx"
+    stale, reopened, fresh = (root / name for name in ("stale", "reopened", "fresh"))
+    for folder in (stale, reopened, fresh):
+        folder.mkdir(parents=True)
+        (folder / "model.onnx").write_bytes(b"x")
+    week_ago = time.time() - 8 * 24 * 3600
+    for folder in (stale, reopened):
+        (folder / ".used").touch()
+        os.utime(folder / ".used", (week_ago, week_ago))
+        os.utime(folder, (week_ago, week_ago))
+    (reopened / ".used").touch()  # opened now
+    removed = forget_unused_exports(root, UNUSED_EXPORT_S)
+    assert removed == [stale]
+    assert not stale.exists()
+    assert (reopened / "model.onnx").is_file()
+    assert (fresh / "model.onnx").is_file()
