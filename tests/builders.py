@@ -28,6 +28,7 @@ from retrieval.passage import Passage
 from retrieval.retriever import Retriever
 from retrieval.sentences.answerable import AnswerableModel
 from retrieval.sentences.quote import read_quote_config
+from retrieval.sentences.reader import Reader, ReadMix
 from retrieval.sentences.scorer import Candidate, ScoredSentence
 from retrieval.sentences.span import ShortFinder
 from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
@@ -73,17 +74,18 @@ def make_pipeline(
     generation: GenerationConfig | None = None,
     query_stages: Sequence[Stage[str, str]] = (),
     short: ShortFinder | None = None,
+    reader: tuple[Reader, ReadMix] | None = None,
     **config: Any,
 ) -> tuple[AnswerPipeline, InMemorySpanExporter]:
     """A pipeline over `index_dir` with the fakes (scripted generation, word template), and
     the exporter its spans end in. It answers from passages unless told another
     `answer_mode`, and never abstains unless given a threshold (None: the calibrated one); the
     quote's selection and the answerable model are the ones shipped; a quote's short answer
-    comes from `short` (None: none)."""
+    comes from `short` (None: none), the reader's order from `reader` (None: the scorer's)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    retriever = Retriever.open(index_dir, HashEmbedder(), short=short)
+    retriever = Retriever.open(index_dir, HashEmbedder(), short=short, reader=reader)
     pipeline = AnswerPipeline(
         retriever,
         WordTemplate(),

@@ -6,9 +6,11 @@ a search mode added in one file plus its registration."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from answer_service.errors import StageTimeoutError
@@ -25,10 +27,13 @@ from answer_service.pipeline.events import (
 from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.runtime.settings import Settings
 from budget import Deadline
+from budget.forms import AnswerMode
 from generation.stages import PromptConfig
 from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 from retrieval.search.modes import register_mode, unregister_mode
+from retrieval.sentences.reader import ReadMix
+from retrieval.sentences.scorer import Candidate
 from tests.builders import DOCUMENTS, make_index, make_pipeline
 from tests.fakes import title_searcher
 from tests.fakes.scripted_generation import ScriptedGeneration, words
@@ -234,3 +239,35 @@ async def test_an_unexpected_error_before_streaming_counts_as_an_error(
     assert "ValueError: a bug in a search mode" in caplog.text
     root = next(s for s in exporter.get_finished_spans() if s.name == "answer")
     assert root.attributes["answer.outcome"] == "ValueError"  # type: ignore[index]
+
+
+class _CountingReader:
+    """A reader that scores every sentence alike and counts the questions it read for."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.questions: list[str] = []
+
+    def read(self, question: str, found: Sequence[Candidate]) -> npt.NDArray[np.float64]:
+        self.questions.append(question)
+        return np.zeros(len(found))
+
+
+@pytest.mark.parametrize(("mode", "reads"), [("passages", False), ("quote", True)])
+async def test_the_reader_reads_only_for_an_answer_made_of_sentences(
+    index_dir: Path, mode: AnswerMode, reads: bool
+) -> None:
+    """The reader orders sentences; an answer over whole passages never uses that order, so it
+    does not wait for it, while a quote reads once its form is chosen (a reader always in doubt
+    here)."""
+    reader = _CountingReader()
+    always = ReadMix(depth=4, doubt=1.01, weight=1.0)
+    pipeline, exporter = make_pipeline(index_dir, answer_mode=mode, reader=(reader, always))
+    events = await answer(pipeline, "How long is green tea steeped?", top_k=2)
+    assert events[-1].stats.form == mode  # type: ignore[union-attr]
+    names = [span.name for span in exporter.get_finished_spans() if span.name != "answer"]
+    assert reader.questions == (["How long is green tea steeped?"] if reads else [])
+    assert ("read" in names) == reads
+    if reads:
+        assert names.index("form") < names.index("read") < names.index("quote")
