@@ -280,6 +280,8 @@ async def measure(
                         service_prompt_tokens=record.prompt_tokens,
                     )
                 else:
+                    # Haystack's pipeline blocks; nothing else runs on this loop meanwhile (the
+                    # proxy and the service are processes of their own).
                     row["haystack"] = peer.ttft_ms(question.question)
                     row["haystack_stages_ms"] = dict(peer.stages_ms)
                     started_s = peer.started_s
