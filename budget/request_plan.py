@@ -209,6 +209,28 @@ class RequestPlan:
             return plan._with_knobs(passages=context)
         return plan
 
+    def sends_ahead(self, requests_ahead: float) -> bool:
+        """Whether the prompt is sent as soon as its passages are final, so that its prefill
+        overlaps the sentences, the evidence and the form, and is aborted if they decide on "I
+        do not know". Only where the form is known before them (whole passages asked for) and a
+        slot is free now: behind a queue the overlap gains nothing, and a prefill that may be
+        wasted would hold up the requests queued after it."""
+        return self.route == "model" and self.mode == "passages" and requests_ahead == 0
+
+    def joined(self, sent: RequestPlan) -> RequestPlan:
+        """This plan, decided while the prompt of `sent` was being laid out and sent ahead
+        (`sends_ahead`): its own form and times, with the worker, queue, passages, cuts and
+        prompt time of the prompt that went."""
+        cuts = (*self.cuts, *(cut for cut in sent.cuts if cut not in self.cuts))
+        return dataclasses.replace(
+            self,
+            knobs=dataclasses.replace(self.knobs, passages=sent.knobs.passages),
+            cuts=cuts,
+            worker=sent.worker,
+            queue_wait_ms=sent.queue_wait_ms,
+            actual=dataclasses.replace(self.actual, prompt=sent.actual.prompt),
+        )
+
     def queued(self, worker: str, waited_ms: float) -> RequestPlan:
         return dataclasses.replace(self, worker=worker, queue_wait_ms=waited_ms)
 

@@ -117,3 +117,27 @@ def post_and_leave(
         while not until():
             assert time.monotonic() < deadline, f"the request to {url} never got that far"
             time.sleep(0.01)
+
+
+def assert_stage_order(spans: list[str]) -> None:
+    """Every stage of an answer over whole passages once, the decision's branch (sentences,
+    evidence, form) and the prompt's (slot, prompt, generate) each in order after the search,
+    and the first token after both."""
+    assert sorted(spans) == sorted(
+        (
+            "answer",
+            "embed",
+            "search",
+            "sentences",
+            "evidence",
+            "form",
+            "slot",
+            "prompt",
+            "generate",
+            "first_token",
+        )
+    )
+    at = {name: spans.index(name) for name in spans}
+    assert at["answer"] < at["embed"] < at["search"] < at["sentences"] < at["evidence"] < at["form"]
+    assert at["search"] < at["slot"] < at["prompt"] < at["generate"] < at["first_token"]
+    assert at["form"] < at["first_token"]

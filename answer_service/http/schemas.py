@@ -304,6 +304,9 @@ class DonePayload(BaseModel):
     unsupported_sentences: int = 0
     # The quote's short answer (also sent before its first token), where there is one.
     short_answer: ShortAnswerOut | None = None
+    # Prompt tokens sent to SGLang ahead of the form's decision and aborted when it decided
+    # the answer needs no model (an "I do not know").
+    wasted_prefill_tokens: int = 0
 
     @classmethod
     def of(cls, stats: AnswerStats, short: ShortAnswer | None = None) -> DonePayload:
@@ -338,6 +341,7 @@ class DonePayload(BaseModel):
             form_reason=stats.form_reason,
             unsupported_sentences=stats.unsupported_sentences,
             short_answer=ShortAnswerOut.of(short),
+            wasted_prefill_tokens=stats.wasted_prefill_tokens,
         )
 
 

@@ -61,7 +61,7 @@ from answer_service.pipeline.forms import (
 from answer_service.pipeline.generation_steps import GenerationConfig, GenerationSteps
 from answer_service.pipeline.planning import FleetRate, PlanningConfig, RequestPlanning
 from answer_service.pipeline.ports import AnswerListener, AnswerStore, EmbeddingStore
-from answer_service.pipeline.prepared import AnswerHandle, Generation, PreparedAnswer
+from answer_service.pipeline.prepared import AnswerHandle, Generation, PreparedAnswer, SentAhead
 from answer_service.pipeline.probe import FloorProbe
 from answer_service.pipeline.retrieval_steps import RetrievalConfig, RetrievalSteps, Retrieved
 from answer_service.pipeline.stage_runner import StageRunner
@@ -80,7 +80,7 @@ from answer_service.pipeline.values import (
     ranked_sources,
 )
 from budget import CacheEstimator, Deadline
-from budget.forms import FormQuality
+from budget.forms import AnswerMode, FormQuality
 from budget.request_plan import RequestPlan
 from budget.stage import Stage
 from generation.client import GenerationClient
@@ -321,17 +321,53 @@ class AnswerPipeline:
             rewritten, plan = await run(stage, queries.searched, deadline, plan)
             queries = dataclasses.replace(queries, searched=rewritten.value)
         outcome = dataclasses.replace(outcome, queries=queries)
-        # Where whole passages will likely be generated over, their prompt pieces are made in
-        # a thread while the sentences are scored and the form is chosen.
+        # Where whole passages are asked for and a slot is free, their prompt is sent as soon as
+        # they are final: its prefill runs while the sentences, the evidence and the form are
+        # decided, and is aborted if they decide the model is not needed. Where they will
+        # likely be generated over, their prompt pieces are made in a thread meanwhile.
+        ahead = SentAhead()
         prefetched: list[asyncio.Future[None]] = []
-        on_passages: Callable[[list[ScoredPassage]], None] | None = None
-        if plan.route == "model" and (
+        on_passages: Callable[[list[ScoredPassage], RequestPlan], None] | None = None
+        if plan.sends_ahead(self.planning.gate.requests_ahead(self.planning.gate.least_loaded())):
+
+            def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
+                context = context_passages(passages)
+                ahead.send(self._open(outcome, at, retriever, context, hard, sending=ahead.sending))
+
+        elif plan.route == "model" and (
             mode == "passages" or (mode == "auto" and not self._forms.quote_expected)
         ):
 
-            def on_passages(passages: list[ScoredPassage]) -> None:
+            def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
                 prefetched.append(self.prompts.prefetch(context_passages(passages)))
 
+        try:
+            return await self._decide(
+                outcome, plan, retriever, mode, hard, on_passages, ahead, prefetched
+            )
+        finally:
+            if ahead.sent:  # not taken: the answer needs no model, or the request failed
+                await ahead.abandon(self.router)
+
+    async def _decide(
+        self,
+        outcome: _Outcome,
+        plan: RequestPlan,
+        retriever: Retriever,
+        mode: AnswerMode,
+        hard: Deadline,
+        on_passages: Callable[[list[ScoredPassage], RequestPlan], None] | None,
+        ahead: SentAhead,
+        prefetched: list[asyncio.Future[None]],
+    ) -> PreparedAnswer:
+        """Retrieval, the evidence, the form and the answer in that form."""
+        request, queries, deadline, root = (
+            outcome.request,
+            outcome.queries,
+            outcome.deadline,
+            outcome.root,
+        )
+        run = self._runner.run
         # Sources alone need no reranking; a quote reranks as deep as its plan bought.
         retrieved, plan = await self._retrieval.run(
             retriever,
@@ -355,7 +391,9 @@ class AnswerPipeline:
         if plan.route == "sources_only":
             return self._prepared(outcome, plan, sources, answered="sources_only")
         if plan.abstains:  # the service says it does not know; the model is not asked
-            return self._prepared(outcome, plan, sources, answered="abstained")
+            wasted = await ahead.abandon(self.router)
+            root.set_attribute("answer.wasted_prefill_tokens", round(wasted))
+            return self._prepared(outcome, plan, sources, answered="abstained", wasted=wasted)
         choice = plan.forced_form()
         if choice is None:
             worker = self.planning.gate.least_loaded()
@@ -395,10 +433,12 @@ class AnswerPipeline:
         else:
             context = context_passages(retrieved.passages)
         plan = plan.with_form(choice, len(context))
+        if choice.form == "passages" and ahead.sent:
+            generation, sent = await ahead.take()
+            return self._generated(outcome, plan.joined(sent), retriever, retrieved, generation)
         ready = prefetched[0] if prefetched and choice.form == "passages" else None
-        return await self._generate(
-            outcome, request, plan, retriever, retrieved, context, hard, ready
-        )
+        generation, plan = await self._open(outcome, plan, retriever, context, hard, ready)
+        return self._generated(outcome, plan, retriever, retrieved, generation)
 
     async def _rewritten(
         self, request: AnswerRequest, retriever: Retriever, hard: Deadline, root: Span
@@ -440,6 +480,7 @@ class AnswerPipeline:
         short: ShortAnswer | None = None,
         router: PrefixRouter | None = None,
         generation: Generation | None = None,
+        wasted: float = 0.0,
     ) -> PreparedAnswer:
         return PreparedAnswer(
             outcome.request,
@@ -456,6 +497,7 @@ class AnswerPipeline:
             cache_key=outcome.cache_key,
             quote=quote,
             short_answer=short,
+            wasted_prefill_tokens=wasted,
         )
 
     def _ranked(self, retrieved: Retrieved, top_k: int) -> tuple[Source, ...]:
@@ -477,26 +519,29 @@ class AnswerPipeline:
             retry_after_s=self.planning.retry_after_s(),
         )
 
-    async def _generate(
+    async def _open(
         self,
         outcome: _Outcome,
-        request: AnswerRequest,
         plan: RequestPlan,
         retriever: Retriever,
-        retrieved: Retrieved,
         context: Sequence[ContextPassage],
         hard: Deadline,
         ready: Awaitable[None] | None = None,
-    ) -> PreparedAnswer:
+        sending: Callable[[float], None] | None = None,
+    ) -> tuple[Generation, RequestPlan]:
+        """The generation's slot, prompt and open stream on the worker the router chooses
+        (once more on another where that worker is gone)."""
+        request = outcome.request
         ids = [p.source_id for p in context]
         # A remembered prefix may bring along passages another request retrieved: only those
         # this request may read are adopted (and shown as its sources).
-        find = allowed_lookup(retriever.index.passage_by_id, request.passage_filter)
-        lookup = passage_lookup(find)
+        lookup = passage_lookup(
+            allowed_lookup(retriever.index.passage_by_id, request.passage_filter)
+        )
         for attempt in range(2):  # a worker that is gone: once more, on another
             worker = self.router.choose(ids, foreign=self._config.prompt.adopt)
             try:
-                generation, opened = await self._generation.open(
+                return await self._generation.open(
                     request,
                     outcome.queries.searched,
                     plan,
@@ -506,6 +551,7 @@ class AnswerPipeline:
                     worker,
                     lookup,
                     ready,
+                    sending,
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)
@@ -517,20 +563,24 @@ class AnswerPipeline:
                 if attempt == 1 or all(map(self.router.is_down, self._workers)):
                     raise
                 logger.warning("sglang worker lost, asking again routed=%s url=%s", routed, worker)
-                continue
             except BaseException:
                 self.router.release(worker)
                 raise
-            sources = numbered_sources(
-                retrieved.passages,
-                generation.prompt,
-                self._config.snippet_chars,
-                find,
-            )
-            return self._prepared(
-                outcome, opened, sources, router=self.router, generation=generation
-            )
         raise AssertionError("unreachable")
+
+    def _generated(
+        self,
+        outcome: _Outcome,
+        plan: RequestPlan,
+        retriever: Retriever,
+        retrieved: Retrieved,
+        generation: Generation,
+    ) -> PreparedAnswer:
+        find = allowed_lookup(retriever.index.passage_by_id, outcome.request.passage_filter)
+        sources = numbered_sources(
+            retrieved.passages, generation.prompt, self._config.snippet_chars, find
+        )
+        return self._prepared(outcome, plan, sources, router=self.router, generation=generation)
 
     def events(self, prepared: PreparedAnswer) -> AsyncIterator[PipelineEvent]:
         """`plan`, `sources`, then token deltas (each finished sentence followed by its

@@ -126,6 +126,8 @@ class AnswerStats:
     # Sentences of a generated answer the service checked, and those no source supports.
     sentences: int = 0
     unsupported_sentences: int = 0
+    # Prompt tokens sent ahead to be prefilled while the form was decided, then aborted.
+    wasted_prefill_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ SGLang's response headers), and hand the open stream to the answer; each a stage
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from answer_service.errors import (
@@ -84,10 +84,12 @@ class GenerationSteps:
         worker: str,
         lookup: PassageLookup,
         ready: Awaitable[None] | None = None,
+        sending: Callable[[float], None] | None = None,
     ) -> tuple[Generation, RequestPlan]:
         """The request's slot on `worker`, its prompt and its open stream, or an error.
         `question`: what the prompt asks (a follow-up as searched, `Queries.searched`);
-        `ready`: the context's prompt pieces being made ahead (`PromptStage.prefetch`)."""
+        `ready`: the context's prompt pieces being made ahead (`PromptStage.prefetch`);
+        `sending`: told the prompt's expected uncached tokens just before it is sent."""
         gate = self._planning.gate
         slot_result, plan = await self._runner.run(
             self._slots,
@@ -119,6 +121,8 @@ class GenerationSteps:
                 ),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )
+            if sending is not None:
+                sending(uncached)
             try:
                 sent, plan, span = await self._runner.start(
                     self._senders[worker],

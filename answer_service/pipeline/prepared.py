@@ -7,8 +7,9 @@ it is released and the request accounted for, without awaiting, so it is safe fr
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span, Status, StatusCode
@@ -47,6 +48,57 @@ class Generation:
     # Prefill work (tokens) ahead of and including this prompt when it was sent, and when.
     prefill_tokens: float
     sent_s: float = field(default_factory=time.perf_counter)
+
+
+class SentAhead:
+    """A prompt sent to SGLang as soon as its passages were final (`RequestPlan.sends_ahead`),
+    so that its prefill runs while the sentences are scored and the evidence and the form are
+    decided. Taken when the answer is generated over those passages; else abandoned: the SGLang
+    request is aborted (on the workers behind a router too), its slot and worker place given
+    back, and the prompt tokens it sent to be prefilled are counted as wasted."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[tuple[Generation, RequestPlan]] | None = None
+        # The uncached prompt tokens sent (set just before the send: a send cancelled on its
+        # way may still have reached the worker).
+        self._sending = 0.0
+
+    @property
+    def sent(self) -> bool:
+        return self._task is not None
+
+    def send(self, opening: Coroutine[None, None, tuple[Generation, RequestPlan]]) -> None:
+        self._task = asyncio.create_task(opening)
+
+    def sending(self, uncached_tokens: float) -> None:
+        self._sending = uncached_tokens
+
+    async def take(self) -> tuple[Generation, RequestPlan]:
+        """The open stream and its plan, or the error opening it met (as if it were opened
+        now)."""
+        task, self._task = self._task, None
+        if task is None:
+            raise RuntimeError("nothing was sent ahead")
+        return await task
+
+    async def abandon(self, router: PrefixRouter) -> float:
+        """Abort what was sent; the prompt tokens sent to be prefilled for nothing."""
+        task, self._task = self._task, None
+        if task is None:
+            return 0.0
+        task.cancel()  # opening gives back what it holds when cancelled on its way
+        await asyncio.wait({task})
+        if task.cancelled():  # its send, if it had started, aborted its request
+            return self._sending
+        if task.exception() is not None:  # failed before the worker took it: nothing wasted
+            return 0.0
+        generation, _ = task.result()
+        generation.stream.close_nowait()
+        router.release(generation.worker)
+        generation.slot.release()
+        generation.span.set_attribute("answer.abandoned", True)
+        end_generate_span(generation.span, generation.stream.result)
+        return self._sending
 
 
 @dataclass(slots=True)
@@ -101,6 +153,8 @@ class PreparedAnswer:
     quote: tuple[QuotedSentence, ...] = ()
     # The words of the quote's first sentence that answer, where the span head is sure.
     short_answer: ShortAnswer | None = None
+    # Prompt tokens sent ahead to be prefilled and aborted: the answer did not need the model.
+    wasted_prefill_tokens: float = 0.0
 
     @property
     def trace_id(self) -> str:
@@ -159,6 +213,7 @@ class PreparedAnswer:
             form_reason=handle.plan.form_reason,
             sentences=handle.sentences,
             unsupported_sentences=handle.unsupported_sentences,
+            wasted_prefill_tokens=round(self.wasted_prefill_tokens),
         )
 
     def _finish_without_model(self) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from answer_service.errors import StageTimeoutError
+from answer_service.errors import ServiceError, StageTimeoutError
 from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.events import (
     AnswerRequest,
@@ -29,11 +29,13 @@ from answer_service.runtime.settings import Settings
 from budget import Deadline
 from budget.forms import AnswerMode
 from generation.stages import PromptConfig
+from retrieval.errors import RetrievalError
 from retrieval.passage import ScoredPassage
 from retrieval.retriever import Retriever
 from retrieval.search.modes import register_mode, unregister_mode
 from retrieval.sentences.reader import ReadMix
 from retrieval.sentences.scorer import Candidate
+from retrieval.stages import SentenceRequest
 from tests.builders import DOCUMENTS, make_index, make_pipeline
 from tests.fakes import title_searcher
 from tests.fakes.scripted_generation import ScriptedGeneration, words
@@ -119,15 +121,74 @@ async def test_a_copy_bias_raises_the_tokens_of_the_passages_the_model_is_given(
     assert "logit_bias" not in plain.params[0].to_json()
 
 
-async def test_weak_evidence_is_answered_without_the_model(index_dir: Path) -> None:
+async def test_weak_evidence_is_answered_without_the_model(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole passages asked for: their prompt went to the model while the sentences were
+    scored (slowed here, so that it surely went), so it is aborted and its prefill counted as
+    wasted; no model text reaches the answer."""
     generation = ScriptedGeneration(words("never asked"))
     pipeline, _ = make_pipeline(index_dir, workers=[generation], abstain_below=None)
+    stage = pipeline.retriever.sentences
+    score = stage.run
+
+    async def slowly(request: SentenceRequest, deadline: Deadline) -> object:
+        await asyncio.sleep(0.2)
+        return await score(request, deadline)
+
+    monkeypatch.setattr(stage, "run", slowly)
     events = await answer(pipeline, "Which orchestra recorded the Goldberg variations?")
-    assert generation.prompts == []
+    assert len(generation.prompts) == 1
+    assert len(generation.aborted) == 1
     text = "".join(e.text for e in events if isinstance(e, TokenEvent))
     assert text.startswith("I do not know")
-    assert events[-1].stats.outcome == "abstained"  # type: ignore[attr-defined]
+    assert "never" not in text
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.stats.outcome == "abstained"
+    assert done.stats.wasted_prefill_tokens > 0
+    assert done.stats.prompt_tokens == 0  # nothing the model said was used
     assert len(events[1].sources) == 3  # type: ignore[attr-defined]  # the closest, listed
+    assert pipeline.planning.gate.requests_ahead(generation.base_url) == 0  # its slot is back
+
+
+async def test_a_prompt_sent_ahead_is_aborted_when_the_decision_fails(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sentences fail after the prompt was sent: the request gets the retrieval error, and
+    the model's request is aborted and its slot given back (nothing left running)."""
+    generation = ScriptedGeneration(words("never read"))
+    pipeline, _ = make_pipeline(index_dir, workers=[generation])
+
+    async def failing(request: SentenceRequest, deadline: Deadline) -> object:
+        await asyncio.sleep(0.2)
+        raise RetrievalError("sentence vectors unreadable")
+
+    monkeypatch.setattr(pipeline.retriever.sentences, "run", failing)
+    with pytest.raises(ServiceError, match="sentence vectors unreadable"):
+        await pipeline.prepare(
+            AnswerRequest("How long is green tea steeped?", 5_000, 3), Deadline.after_ms(5_000)
+        )
+    assert len(generation.prompts) == 1
+    assert len(generation.aborted) == 1
+    assert pipeline.planning.gate.requests_ahead(generation.base_url) == 0
+
+
+async def test_weak_evidence_sends_nothing_where_the_form_is_not_known_first(
+    index_dir: Path,
+) -> None:
+    """Under `auto` (the form is chosen after the evidence) nothing is sent ahead: the
+    abstention costs the model nothing."""
+    generation = ScriptedGeneration(words("never asked"))
+    pipeline, _ = make_pipeline(
+        index_dir, workers=[generation], abstain_below=None, answer_mode="auto"
+    )
+    events = await answer(pipeline, "Which orchestra recorded the Goldberg variations?")
+    assert generation.prompts == []
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.stats.outcome == "abstained"
+    assert done.stats.wasted_prefill_tokens == 0
 
 
 async def test_a_request_keeps_the_index_it_started_on(index_dir: Path, tmp_path: Path) -> None:

@@ -165,3 +165,34 @@ async def test_a_quote_is_planned_as_one_and_buys_rerank_depth() -> None:
     tight = planning(quality=deeper).start("q", 5, 150, 150, "standard", True, cache)
     admitted = tight.admit("auto", 5, True)
     assert (admitted.route, admitted.knobs.rerank_depth) == ("quote", 0)
+
+
+def test_a_prompt_is_sent_ahead_only_where_its_form_is_known_and_a_slot_is_free() -> None:
+    p = planning()
+    cache = CacheEstimator()
+    for mode, ahead, sends in (
+        ("passages", 0.0, True),
+        ("passages", 0.5, False),  # behind a queue: the overlap gains nothing
+        ("auto", 0.0, False),  # the form is chosen after the evidence
+        ("focused", 0.0, False),  # made of the sentences it would overlap
+        ("quote", 0.0, False),
+    ):
+        plan = p.start("q", 3, 20_000, 20_000, "standard", False, cache).admit(mode, 3, False)
+        assert plan.sends_ahead(ahead) is sends, (mode, ahead)
+
+
+def test_a_plan_joined_with_the_prompt_sent_ahead_keeps_both_sides() -> None:
+    p = planning()
+    at = p.start("q", 3, 20_000, 20_000, "standard", False, CacheEstimator()).admit(
+        "passages", 3, False
+    )
+    sent = at.queued(W, 4.0).after(
+        "prompt", StageResult(None, 2.5, cut=StageCut("first token predicted late", 2))
+    )
+    decided = at.after("sentences", StageResult(None, 6.0)).after_evidence(0.9, 0.2)
+    joined = decided.joined(sent)
+    assert (joined.actual.sentences, joined.actual.prompt) == (6.0, 2.5)
+    assert joined.knobs.passages == 2
+    assert [cut.stage for cut in joined.cuts] == ["passages"]
+    assert (joined.worker, joined.queue_wait_ms) == (W, 4.0)
+    assert not joined.abstains

@@ -86,6 +86,14 @@ class ServiceMetrics:
             ("worker",),
             registry=self.registry,
         )
+        self.wasted_prefill_tokens = Counter(
+            "answer_wasted_prefill_tokens",
+            "Uncached prompt tokens sent to SGLang before the answer's form was decided (their "
+            "prefill overlapping the decision) and aborted when the answer needed no model (an "
+            "abstention): prefill spent for nothing, to be read against answer_prompt_tokens.",
+            ("tier",),
+            registry=self.registry,
+        )
         self.refusal = Histogram(
             "answer_refusal_seconds",
             "Time from a request reaching the service to its refusal (429 or 503, with "
@@ -151,6 +159,8 @@ class ServiceMetrics:
                 self.stages.labels(stage, tier).observe(elapsed_ms / 1000.0)
         for cut in plan.cuts:
             self.cuts.labels(cut.stage, tier).inc()
+        if stats.wasted_prefill_tokens:
+            self.wasted_prefill_tokens.labels(tier).inc(stats.wasted_prefill_tokens)
         if stats.worker:
             self.prompt_tokens.labels(stats.worker).inc(stats.prompt_tokens)
             self.cached_tokens.labels(stats.worker).inc(stats.cached_tokens)
