@@ -278,6 +278,7 @@ async def measure(
                         form=record.form,
                         service_stages_ms=dict(record.stages_ms),
                         service_prompt_tokens=record.prompt_tokens,
+                        service_wasted_tokens=record.wasted_prefill_tokens or 0,
                     )
                 else:
                     # Haystack's pipeline blocks; nothing else runs on this loop meanwhile (the
@@ -286,7 +287,9 @@ async def measure(
                     row["haystack_stages_ms"] = dict(peer.stages_ms)
                     started_s = peer.started_s
                 sent = await last_body(http, proxy)
-                if sent["count"] == before or row[arm] is None:  # no model: nothing to time
+                # No model, nothing to time (an abstention's prompt sent ahead was aborted).
+                aborted = arm == "service" and row.get("form") == "abstain"
+                if sent["count"] == before or row[arm] is None or aborted:
                     continue
                 row[f"{arm}_sglang"] = sent["ttft_ms"]
                 # One clock for all processes (CLOCK_MONOTONIC): the overhead's two sides.
@@ -332,6 +335,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "questions": len(rows),
         "model_served": len(served),
         "forms": dict(Counter(str(r.get("form")) for r in rows)),
+        # The service's prompts sent ahead of an abstention and aborted, against all it sent.
+        "wasted_prefill_tokens": sum(r.get("service_wasted_tokens", 0) for r in rows),
+        "prompt_tokens": sum(r.get("service_prompt_tokens") or 0 for r in rows),
         "overhead_ms": overhead,
         "haystack_over_service_median": round(
             overhead["haystack"]["median"] / max(overhead["service"]["median"], 1e-9), 2

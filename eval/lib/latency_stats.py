@@ -70,6 +70,8 @@ class RequestRecord:
     stages_ms: tuple[tuple[str, float], ...] = ()
     passages_in_prompt: int | None = None
     form: str | None = None
+    # Prompt tokens sent ahead of the form's decision and aborted (the `done` event's).
+    wasted_prefill_tokens: int | None = None
     answer: str | None = None
     short_answer: str | None = None
     plan_planner: bool | None = None
@@ -128,6 +130,7 @@ class RequestRecord:
 _OPTIONAL = (
     "passages_in_prompt",
     "form",
+    "wasted_prefill_tokens",
     "answer",
     "short_answer",
     "plan_planner",

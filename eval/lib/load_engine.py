@@ -257,6 +257,7 @@ async def send_request(
         stages_ms=done.stages_ms() if done else (),
         passages_in_prompt=done.passages_in_prompt if done else None,
         form=done.form if done else None,
+        wasted_prefill_tokens=done.wasted_prefill_tokens if done else None,
         answer="".join(answer) if answer is not None and kept else None,
         short_answer=None if short is None else str(short["text"]),
         **(plan.fields() if plan else {}),

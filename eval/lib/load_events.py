@@ -28,6 +28,7 @@ class DoneStats(BaseModel):
     form: str | None = None
     # The quote's short answer (`{text, start, end}`), where there was one.
     short_answer: dict[str, object] | None = None
+    wasted_prefill_tokens: int | None = None
 
     def stages_ms(self) -> tuple[tuple[str, float], ...]:
         stages = self.timings_ms or self.stages or {}
