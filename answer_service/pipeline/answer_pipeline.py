@@ -322,23 +322,26 @@ class AnswerPipeline:
             queries = dataclasses.replace(queries, searched=rewritten.value)
         outcome = dataclasses.replace(outcome, queries=queries)
         # Where whole passages are asked for and a slot is free, their prompt is sent as soon as
-        # they are final: its prefill runs while the sentences, the evidence and the form are
-        # decided, and is aborted if they decide the model is not needed. Where they will
-        # likely be generated over, their prompt pieces are made in a thread meanwhile.
+        # they are final, before the sentences are scored: its prefill runs while the
+        # sentences, the evidence and the form are decided, and is aborted if they decide the
+        # model is not needed. Where they will likely be generated over, their prompt pieces
+        # are made in a thread meanwhile.
         ahead = SentAhead()
         prefetched: list[asyncio.Future[None]] = []
-        on_passages: Callable[[list[ScoredPassage], RequestPlan], None] | None = None
+        on_passages: Callable[[list[ScoredPassage], RequestPlan], Awaitable[None]] | None = None
         if plan.sends_ahead(self.planning.gate.requests_ahead(self.planning.gate.least_loaded())):
 
-            def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
+            async def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
                 context = context_passages(passages)
-                ahead.send(self._open(outcome, at, retriever, context, hard, sending=ahead.sending))
+                await ahead.send(
+                    self._open(outcome, at, retriever, context, hard, sending=ahead.sending)
+                )
 
         elif plan.route == "model" and (
             mode == "passages" or (mode == "auto" and not self._forms.quote_expected)
         ):
 
-            def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
+            async def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
                 prefetched.append(self.prompts.prefetch(context_passages(passages)))
 
         try:
@@ -347,7 +350,7 @@ class AnswerPipeline:
             )
         finally:
             if ahead.sent:  # not taken: the answer needs no model, or the request failed
-                await ahead.abandon(self.router)
+                ahead.abandon(self.router)
 
     async def _decide(
         self,
@@ -356,7 +359,7 @@ class AnswerPipeline:
         retriever: Retriever,
         mode: AnswerMode,
         hard: Deadline,
-        on_passages: Callable[[list[ScoredPassage], RequestPlan], None] | None,
+        on_passages: Callable[[list[ScoredPassage], RequestPlan], Awaitable[None]] | None,
         ahead: SentAhead,
         prefetched: list[asyncio.Future[None]],
     ) -> PreparedAnswer:
@@ -391,7 +394,7 @@ class AnswerPipeline:
         if plan.route == "sources_only":
             return self._prepared(outcome, plan, sources, answered="sources_only")
         if plan.abstains:  # the service says it does not know; the model is not asked
-            wasted = await ahead.abandon(self.router)
+            wasted = ahead.abandon(self.router)
             root.set_attribute("answer.wasted_prefill_tokens", round(wasted))
             return self._prepared(outcome, plan, sources, answered="abstained", wasted=wasted)
         choice = plan.forced_form()
@@ -434,7 +437,7 @@ class AnswerPipeline:
             context = context_passages(retrieved.passages)
         plan = plan.with_form(choice, len(context))
         if choice.form == "passages" and ahead.sent:
-            generation, sent = await ahead.take()
+            generation, sent = ahead.take()
             return self._generated(outcome, plan.joined(sent), retriever, retrieved, generation)
         ready = prefetched[0] if prefetched and choice.form == "passages" else None
         generation, plan = await self._open(outcome, plan, retriever, context, hard, ready)

@@ -7,9 +7,8 @@ it is released and the request accounted for, without awaiting, so it is safe fr
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span, Status, StatusCode
@@ -52,53 +51,54 @@ class Generation:
 
 class SentAhead:
     """A prompt sent to SGLang as soon as its passages were final (`RequestPlan.sends_ahead`),
-    so that its prefill runs while the sentences are scored and the evidence and the form are
-    decided. Taken when the answer is generated over those passages; else abandoned: the SGLang
-    request is aborted (on the workers behind a router too), its slot and worker place given
-    back, and the prompt tokens it sent to be prefilled are counted as wasted."""
+    before the sentences are scored and the evidence and the form decided, so that its prefill
+    runs while they are. Taken when the answer is generated over those passages; else
+    abandoned: the SGLang request is aborted (on the workers behind a router too), its slot and
+    worker place given back, and its uncached prompt tokens counted as wasted prefill. A prompt
+    that could not be sent fails the request only where it is taken: an answer without the
+    model never needed it."""
 
     def __init__(self) -> None:
-        self._task: asyncio.Task[tuple[Generation, RequestPlan]] | None = None
-        # The uncached prompt tokens sent (set just before the send: a send cancelled on its
-        # way may still have reached the worker).
-        self._sending = 0.0
+        self.sent = False
+        self._opened: tuple[Generation, RequestPlan] | None = None
+        self._error: Exception | None = None
+        self._uncached = 0.0
 
-    @property
-    def sent(self) -> bool:
-        return self._task is not None
-
-    def send(self, opening: Coroutine[None, None, tuple[Generation, RequestPlan]]) -> None:
-        self._task = asyncio.create_task(opening)
+    async def send(self, opening: Awaitable[tuple[Generation, RequestPlan]]) -> None:
+        self.sent = True
+        try:
+            self._opened = await opening
+        except Exception as exc:  # kept for `take`; a cancellation goes on as one
+            self._error = exc
 
     def sending(self, uncached_tokens: float) -> None:
-        self._sending = uncached_tokens
+        """Told the prompt's expected uncached tokens just before it is sent."""
+        self._uncached = uncached_tokens
 
-    async def take(self) -> tuple[Generation, RequestPlan]:
-        """The open stream and its plan, or the error opening it met (as if it were opened
-        now)."""
-        task, self._task = self._task, None
-        if task is None:
+    def take(self) -> tuple[Generation, RequestPlan]:
+        """The open stream and its plan, or the error opening it met, raised now."""
+        opened, error = self._opened, self._error
+        self.sent, self._opened, self._error = False, None, None
+        if error is not None:
+            raise error
+        if opened is None:
             raise RuntimeError("nothing was sent ahead")
-        return await task
+        return opened
 
-    async def abandon(self, router: PrefixRouter) -> float:
-        """Abort what was sent; the prompt tokens sent to be prefilled for nothing."""
-        task, self._task = self._task, None
-        if task is None:
+    def abandon(self, router: PrefixRouter) -> float:
+        """Abort what was sent (without awaiting: safe in any `finally`); the prompt tokens sent
+        to be prefilled for nothing."""
+        opened = self._opened
+        self.sent, self._opened, self._error = False, None, None
+        if opened is None:  # it failed before SGLang took it: nothing wasted
             return 0.0
-        task.cancel()  # opening gives back what it holds when cancelled on its way
-        await asyncio.wait({task})
-        if task.cancelled():  # its send, if it had started, aborted its request
-            return self._sending
-        if task.exception() is not None:  # failed before the worker took it: nothing wasted
-            return 0.0
-        generation, _ = task.result()
+        generation, _ = opened
         generation.stream.close_nowait()
         router.release(generation.worker)
         generation.slot.release()
         generation.span.set_attribute("answer.abandoned", True)
         end_generate_span(generation.span, generation.stream.result)
-        return self._sending
+        return self._uncached
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from answer_service.errors import ServiceError, StageTimeoutError
@@ -99,12 +99,13 @@ class RetrievalSteps:
         hard: Deadline,
         *,
         rerank: bool = True,
-        on_passages: Callable[[list[ScoredPassage], RequestPlan], None] | None = None,
+        on_passages: Callable[[list[ScoredPassage], RequestPlan], Awaitable[None]] | None = None,
     ) -> tuple[Retrieved, RequestPlan]:
         """What retrieval found for `request`, and the plan after it: embed, search and rerank
         take `queries.searched`, the sentences `queries.read` (the reader comes later, where
         the answer's form uses it: `read`). `on_passages` is told the passages and the plan as
-        soon as the passages are final (after the rerank), before the sentences are scored. `deadline`: the
+        soon as the passages are final (after the rerank), and awaited before the sentences
+        are scored (a prompt sent ahead reaches SGLang first). `deadline`: the
         first token's; `hard`: the point past which the request is given up on."""
         run = self._runner.run
         plan = plan.retrieving(request.top_k)
@@ -148,7 +149,7 @@ class RetrievalSteps:
                     retriever, request, queries.searched, plan, passages, vector, deadline, hard
                 )
             if on_passages is not None:
-                on_passages(passages, plan)
+                await on_passages(passages, plan)
             if vector is None:  # the mode needed none; the sentence scorer does
                 embedded, plan = await run(
                     self._embed_stage(retriever), queries.searched, retrieval, plan

@@ -10,6 +10,7 @@ tested here too, on the workers' real caches. The last test kills a worker, so i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -24,11 +25,15 @@ from typing import Any
 import httpx
 import pytest
 
+from answer_service.pipeline.events import AnswerRequest, DoneEvent
+from answer_service.pipeline.generation_steps import GenerationConfig
 from budget import Deadline
 from generation.server.fleet import SGLangFleet, SGLangFleetConfig
 from generation.server.launch import SGLangServerConfig, write_tiny_model
 from generation.server.router import SGLangRouter, SGLangRouterConfig
 from generation.sglang_client import SamplingParams, SGLangClient, StreamTimeouts
+from retrieval.stages import SentenceRequest
+from tests.builders import make_index, make_pipeline
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, post_answer
 
@@ -373,6 +378,50 @@ def test_closing_a_routed_stream_stops_the_worker(fleet: SGLangFleet) -> None:
         requests, tokens = _finished(fleet.worker_urls)
     assert requests == requests_before + 1, "the worker did not finish the request early"
     assert tokens - tokens_before < max_new_tokens
+
+
+async def test_a_prompt_sent_ahead_of_an_abstention_is_aborted_behind_the_router(
+    fleet: SGLangFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole-passages prompt goes to the model while the evidence is weighed (issue 43); when
+    the evidence says "I do not know", the routed request is aborted on its worker. The
+    decision is slowed to a second here, so that the worker is surely decoding by then;
+    unaborted, it would decode all 4,000 tokens (about 13 s for the tiny model)."""
+    max_new_tokens = 4000
+    requests_before, tokens_before = _finished(fleet.worker_urls)
+    async with httpx.AsyncClient() as http:
+        client = SGLangClient(http, fleet.url)
+        pipeline, _ = make_pipeline(
+            make_index(tmp_path),
+            workers=[client],
+            abstain_below=1.01,  # whatever the evidence
+            generation=GenerationConfig(served_model="tiny", max_new_tokens=max_new_tokens),
+        )
+        stage = pipeline.retriever.sentences
+        score = stage.run
+
+        async def slowly(request: SentenceRequest, deadline: Deadline) -> object:
+            await asyncio.sleep(1.0)
+            return await score(request, deadline)
+
+        monkeypatch.setattr(stage, "run", slowly)
+        prepared = await pipeline.prepare(
+            AnswerRequest("How long is green tea steeped?", 30_000, 3), Deadline.after_ms(30_000)
+        )
+        events = [event async for event in pipeline.events(prepared)]
+        await client.drain()
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.stats.outcome == "abstained"
+    assert done.stats.wasted_prefill_tokens > 0
+
+    deadline = time.monotonic() + 10.0
+    requests, tokens = requests_before, tokens_before
+    while requests == requests_before and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        requests, tokens = _finished(fleet.worker_urls)
+    assert requests == requests_before + 1, "the worker did not end the request early"
+    assert 0 < tokens - tokens_before < max_new_tokens
 
 
 def test_the_service_keeps_repeated_passages_on_one_worker(

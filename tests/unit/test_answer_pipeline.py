@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-from answer_service.errors import ServiceError, StageTimeoutError
+from answer_service.errors import ServiceError, StageTimeoutError, UpstreamUnavailableError
 from answer_service.pipeline.answer_pipeline import AnswerPipeline
 from answer_service.pipeline.events import (
     AnswerRequest,
@@ -28,6 +29,7 @@ from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.runtime.settings import Settings
 from budget import Deadline
 from budget.forms import AnswerMode
+from generation.errors import SGLangUnavailableError
 from generation.stages import PromptConfig
 from retrieval.errors import RetrievalError
 from retrieval.passage import ScoredPassage
@@ -124,9 +126,9 @@ async def test_a_copy_bias_raises_the_tokens_of_the_passages_the_model_is_given(
 async def test_weak_evidence_is_answered_without_the_model(
     index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Whole passages asked for: their prompt went to the model while the sentences were
-    scored (slowed here, so that it surely went), so it is aborted and its prefill counted as
-    wasted; no model text reaches the answer."""
+    """Whole passages asked for: their prompt went to the model before the sentences were
+    scored (slowed here, as if the model were decoding meanwhile), so it is aborted and its
+    prefill counted as wasted; no model text reaches the answer."""
     generation = ScriptedGeneration(words("never asked"))
     pipeline, _ = make_pipeline(index_dir, workers=[generation], abstain_below=None)
     stage = pipeline.retriever.sentences
@@ -172,6 +174,29 @@ async def test_a_prompt_sent_ahead_is_aborted_when_the_decision_fails(
     assert len(generation.prompts) == 1
     assert len(generation.aborted) == 1
     assert pipeline.planning.gate.requests_ahead(generation.base_url) == 0
+
+
+class _Unreachable(ScriptedGeneration):
+    async def open_stream(self, *args: object, **kwargs: object) -> NoReturn:
+        raise SGLangUnavailableError("connection refused")
+
+
+async def test_a_prompt_that_could_not_be_sent_ahead_fails_only_an_answer_that_needs_it(
+    index_dir: Path,
+) -> None:
+    """The model unreachable: an answer that needed it fails as it would have, but "I do not
+    know" did not need the model and is still given."""
+    down = _Unreachable(words("never"))
+    pipeline, _ = make_pipeline(index_dir, workers=[down], abstain_below=1.01)
+    events = await answer(pipeline, "How long is green tea steeped?")
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert (done.stats.outcome, done.stats.wasted_prefill_tokens) == ("abstained", 0)
+
+    pipeline, _ = make_pipeline(index_dir, workers=[_Unreachable(words("never"))])
+    with pytest.raises(UpstreamUnavailableError, match="connection refused"):
+        await answer(pipeline, "How long is green tea steeped?")
+    assert pipeline.planning.gate.requests_ahead(down.base_url) == 0
 
 
 async def test_weak_evidence_sends_nothing_where_the_form_is_not_known_first(

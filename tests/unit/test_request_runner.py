@@ -160,9 +160,7 @@ async def test_a_generated_answer_runs_every_step_as_a_stage(index_dir: Path) ->
     events = await _answer(pipeline, "How long is green tea steeped?")
     done = events[-1]
     assert isinstance(done, DoneEvent)
-    # Whole passages asked for: the prompt is sent as soon as they are final, while the
-    # sentences are scored and the evidence and the form decided (which of the two branches
-    # starts a stage first is the threads' race).
+    # Whole passages asked for: the prompt is sent as soon as they are final.
     assert_stage_order(_spans(exporter))
     assert done.stats.wasted_prefill_tokens == 0
     stages = done.stats.stages
