@@ -7,7 +7,9 @@ so requests that share passages share a token prefix that SGLang's RadixAttentio
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import logging
 import re
 import threading
@@ -80,9 +82,17 @@ class ChatTemplate(Protocol):
 
     def count_tokens(self, text: str) -> int: ...
 
+    def count_tokens_each(self, texts: Sequence[str]) -> list[int]:
+        """`count_tokens` of each text, counted together."""
+        ...
+
     def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
         """The token ids `texts` are made of, with the end-of-turn tokens: what a copy bias
         raises (an answer in the passages' words, which may end where it would have)."""
+        ...
+
+    def vocabularies(self, texts: Sequence[str]) -> list[frozenset[int]]:
+        """`vocabulary` of each text alone, found together."""
         ...
 
 
@@ -107,6 +117,11 @@ class HFChatTemplate:
         # A word's token ids alone (how it reads opening a sentence): most words of a new
         # passage were seen in earlier ones, so only the new ones are tokenized.
         self._word_ids: dict[str, tuple[int, ...]] = {}
+        # Whether a word (or a space and a word) after a line break is tokenized as it is
+        # alone (found at warm-up).
+        self._lines_alone = False
+        # The tokens of line breaks and runs of spaces, and what a text has that holds them.
+        self._breaks: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def warm_up(self) -> None:
         if self._tokenizer is not None:
@@ -121,6 +136,12 @@ class HFChatTemplate:
             raise GenerationError(f"tokenizer {self._source!r} has no chat template")
         self._fold_system = self._needs_folding(tokenizer)
         self._specials = _special_tokens(tokenizer)
+        probe = [*_PROBE_WORDS, *(" " + word for word in _PROBE_WORDS)]
+        self._lines_alone = _words_alone_by_line(tokenizer, probe) == _words_alone(tokenizer, probe)
+        forms = _words_alone(tokenizer, [form for form, _ in _BREAKS])
+        self._breaks = tuple(
+            (where, found) for (_, where), found in zip(_BREAKS, forms, strict=True)
+        )
         self._tokenizer = tokenizer
         logger.info(
             "chat template loaded tokenizer=%s system_in_user_turn=%s",
@@ -169,22 +190,55 @@ class HFChatTemplate:
         with self._lock:
             return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
+    def count_tokens_each(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
         tokenizer = self._loaded()
-        # A word inside the text and the same word opening a sentence are different tokens.
-        words = {word for text in texts for word in text.split()}
-        ids: set[int] = set()
-        if words:
-            known = self._word_ids
-            with self._lock:
-                new = sorted(word for word in words if word not in known)
-                encoded = tokenizer([*texts, *new], add_special_tokens=False)["input_ids"]
-                seen = [known[word] for word in words if word in known]
-                if len(known) + len(new) > _MOST_WORDS:
-                    known.clear()
-                known.update(zip(new, map(tuple, encoded[len(texts) :]), strict=True))
-            for row in (*encoded, *seen):
+        with self._lock:
+            encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+    def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
+        if not texts:
+            return self._ends(set())
+        return frozenset().union(*self.vocabularies(texts))
+
+    def vocabularies(self, texts: Sequence[str]) -> list[frozenset[int]]:
+        """The tokens of each text's words, each as it reads opening a sentence and inside one
+        (" Germany" and "Germany" are two tokens), and the end of turn. Where the tokenizer
+        reads a word after a line break as it does alone (byte-level BPE, checked at warm-up),
+        the two forms of all the texts' new words are tokenized as one text, a form a line, and
+        the line breaks and runs of spaces a text has added: a text's own tokens are those (but
+        for a lone space). Else the texts, and the new words each alone, are tokenized."""
+        tokenizer = self._loaded()
+        split = [set(text.split()) for text in texts]
+        known = self._word_ids
+        with self._lock:
+            new = sorted(set().union(*split) - known.keys())
+            if self._lines_alone:
+                forms = _words_alone_by_line(tokenizer, [*new, *(" " + w for w in new)])
+                made = [a + b for a, b in zip(forms[: len(new)], forms[len(new) :], strict=True)]
+                own = [[found for where, found in self._breaks if where in text] for text in texts]
+            else:
+                encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+                made = _words_alone(tokenizer, new)
+                own = [[tuple(ids)] for ids in encoded]
+            fresh = dict(zip(new, made, strict=True))
+            rows = [[fresh[w] if w in fresh else known[w] for w in words] for words in split]
+            if len(known) + len(new) > _MOST_WORDS:
+                known.clear()
+            known.update(fresh)
+        out = []
+        for words, extra in zip(rows, own, strict=True):
+            ids: set[int] = set()
+            for row in (*words, *extra):
                 ids.update(row)
+            out.append(self._ends(ids))
+        return out
+
+    def _ends(self, ids: set[int]) -> frozenset[int]:
+        """`ids` with the end of turn (an answer biased to them still ends), without unknown."""
+        tokenizer = self._loaded()
         if tokenizer.eos_token_id is not None:
             ids.add(tokenizer.eos_token_id)
         return frozenset(ids - {tokenizer.unk_token_id})
@@ -198,6 +252,46 @@ def _special_tokens(tokenizer: Any) -> re.Pattern[str] | None:
     tokens |= {token.content for token in added.values() if token.special}
     ordered = sorted((t for t in tokens if len(t) > 1), key=len, reverse=True)
     return re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+
+# Words whose tokens alone and after a line break are compared at warm-up: capitals, inner
+# and outer punctuation, digits, accents, and a script without spaces.
+_PROBE_WORDS = ("Germany", "(Denver,", "don't", "1990s", "C++", "naïve", "pg_dump", "東京")
+# White space a text's own tokens hold besides its words' (a form, and where a text has it):
+# line breaks, alone and after a space, and the spaces of a run of them.
+_BREAKS = (
+    ("\n", "\n"),
+    ("\n\n", "\n\n"),
+    (" \n", " \n"),
+    (" \n\n", " \n\n"),
+    (" ", "  "),
+    ("  ", "  "),
+)
+
+
+def _words_alone(tokenizer: Any, words: Sequence[str]) -> list[tuple[int, ...]]:
+    """Each word's token ids as the word reads alone, one tokenizer input per word."""
+    if not words:
+        return []
+    return [tuple(ids) for ids in tokenizer(list(words), add_special_tokens=False)["input_ids"]]
+
+
+def _words_alone_by_line(tokenizer: Any, words: Sequence[str]) -> list[tuple[int, ...]]:
+    """`_words_alone` from one text, a word a line: each token goes to the word its offset
+    falls in, and the line breaks' own tokens to none. As cheap as one passage, where a batch
+    of words costs about 10 us each; exact only where a word after a line break reads as it
+    does alone (byte-level BPE's pre-tokenizer splits there, a SentencePiece one does not),
+    which `HFChatTemplate.warm_up` checks."""
+    if not words:
+        return []
+    starts = list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0))
+    encoded = tokenizer("\n".join(words), add_special_tokens=False, return_offsets_mapping=True)
+    ids: list[list[int]] = [[] for _ in words]
+    for token, (start, _) in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True):
+        number = bisect.bisect_right(starts, start) - 1
+        if start < starts[number] + len(words[number]):  # not the line break after it
+            ids[number].append(token)
+    return [tuple(row) for row in ids]
 
 
 def _defused(token: str) -> str:
@@ -399,7 +493,7 @@ class PromptAssembler:
         self, question: str, passages: Sequence[ContextPassage], example: bool
     ) -> _Assembled:
         head, head_tokens, tail = self._frame(example)
-        blocks = [self._block(_block_piece(passage)) for passage in passages]
+        blocks = self._blocks_of([_block_piece(passage) for passage in passages])
         last = self.template.escape(_question_piece(question, len(blocks))) + tail
         running = [head_tokens]
         for _, tokens in blocks:
@@ -430,27 +524,32 @@ class PromptAssembler:
             self._frames[example] = frame
         return frame
 
-    def _block(self, piece: str) -> tuple[str, int]:
+    def _blocks_of(self, pieces: Sequence[str]) -> list[tuple[str, int]]:
+        """Each piece escaped and its tokens, from the LRU; those it lacks counted together."""
+        found: dict[str, tuple[str, int]] = {}
         with self._lock:
-            found = self._blocks.get(piece)
-            if found is not None:
-                self._blocks.move_to_end(piece)
-                return found
-        escaped = self.template.escape(piece)
-        found = (escaped, self.template.count_tokens(escaped))
-        with self._lock:
-            self._blocks[piece] = found
-            if len(self._blocks) > self._most_blocks:
-                self._blocks.popitem(last=False)
-        return found
+            for piece in pieces:
+                hit = self._blocks.get(piece)
+                if hit is not None:
+                    self._blocks.move_to_end(piece)
+                    found[piece] = hit
+        missing = [piece for piece in dict.fromkeys(pieces) if piece not in found]
+        if missing:
+            escaped = [self.template.escape(piece) for piece in missing]
+            counts = self.template.count_tokens_each(escaped)
+            with self._lock:
+                for piece, text, count in zip(missing, escaped, counts, strict=True):
+                    found[piece] = self._blocks[piece] = (text, count)
+                while len(self._blocks) > self._most_blocks:
+                    self._blocks.popitem(last=False)
+        return [found[piece] for piece in pieces]
 
     def warm(self, passages: Sequence[ContextPassage], *, vocabulary: bool) -> None:
         """Tokenize the passages' blocks (and, for a copy bias, their vocabularies) ahead of
         the prompt that will hold them: a prompt made later finds them made."""
         self.warm_up()
         if self._pieced:
-            for passage in passages:
-                self._block(_block_piece(passage))
+            self._blocks_of([_block_piece(passage) for passage in passages])
         if vocabulary:
             self.vocabulary([passage.text for passage in passages])
 
@@ -460,20 +559,22 @@ class PromptAssembler:
         tokenized alone), so a passage is tokenized word by word once, not per prompt."""
         if not texts:
             return self.template.vocabulary(())
-        parts = []
-        for text in texts:
-            with self._lock:
-                found = self._vocabularies.get(text)
-                if found is not None:
+        found: dict[str, frozenset[int]] = {}
+        with self._lock:
+            for text in texts:
+                hit = self._vocabularies.get(text)
+                if hit is not None:
                     self._vocabularies.move_to_end(text)
-            if found is None:
-                found = self.template.vocabulary((text,))
-                with self._lock:
-                    self._vocabularies[text] = found
-                    if len(self._vocabularies) > self._most_blocks:
-                        self._vocabularies.popitem(last=False)
-            parts.append(found)
-        return frozenset().union(*parts)
+                    found[text] = hit
+        missing = [text for text in dict.fromkeys(texts) if text not in found]
+        if missing:
+            made = self.template.vocabularies(missing)
+            with self._lock:
+                for text, vocabulary in zip(missing, made, strict=True):
+                    found[text] = self._vocabularies[text] = vocabulary
+                while len(self._vocabularies) > self._most_blocks:
+                    self._vocabularies.popitem(last=False)
+        return frozenset().union(*found.values())
 
     def _whole(
         self, question: str, passages: Sequence[ContextPassage], example: bool

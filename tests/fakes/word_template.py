@@ -24,6 +24,12 @@ class WordTemplate:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
+    def count_tokens_each(self, texts: Sequence[str]) -> list[int]:
+        return [self.count_tokens(text) for text in texts]
+
+    def vocabularies(self, texts: Sequence[str]) -> list[frozenset[int]]:
+        return [self.vocabulary([text]) for text in texts]
+
     def vocabulary(self, texts: Sequence[str]) -> frozenset[int]:
         words = [word for text in texts for word in text.split()]
         return frozenset(self._ids.setdefault(word, len(self._ids)) for word in words)
