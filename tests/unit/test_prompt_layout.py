@@ -236,3 +236,23 @@ def test_a_vocabulary_made_of_each_passage_s_own_is_the_template_s(
     template.vocabulary = lambda some: calls.append(some) or counted(some)  # type: ignore[method-assign]
     assembler.vocabulary(texts)
     assert calls == []
+
+
+def test_a_vocabulary_read_a_word_a_line_is_the_one_read_word_by_word(
+    chatml_tokenizer_dir: Path,
+) -> None:
+    """A byte-level BPE tokenizer reads a word after a line break as it reads it alone, so the
+    new words of a prompt are tokenized as one text, a word a line, with the same result as the
+    texts and each word tokenized alone (line breaks and runs of spaces included)."""
+    by_line = HFChatTemplate(str(chatml_tokenizer_dir))
+    by_line.warm_up()
+    assert by_line._lines_alone
+    by_word = HFChatTemplate(str(chatml_tokenizer_dir))
+    by_word.warm_up()
+    by_word._lines_alone = False
+    texts = [
+        *(p.text for p in PASSAGES),
+        "Line one.\n\nLine two  with  spaces (pg_dump, naïve) \nand 東京's 1990s C++.",
+    ]
+    assert by_line.vocabularies(texts) == by_word.vocabularies(texts)
+    assert by_line.vocabulary(texts) == by_word.vocabulary(texts)
