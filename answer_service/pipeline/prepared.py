@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.trace import Span, Status, StatusCode
 
+from answer_service.errors import StageTimeoutError
 from answer_service.pipeline.admission import Slot
 from answer_service.pipeline.attribution import Citation
 from answer_service.pipeline.events import (
@@ -55,8 +56,9 @@ class SentAhead:
     runs while they are. Taken when the answer is generated over those passages; else
     abandoned: the SGLang request is aborted (on the workers behind a router too), its slot and
     worker place given back, and its uncached prompt tokens counted as wasted prefill. A prompt
-    that could not be sent fails the request only where it is taken: an answer without the
-    model never needed it."""
+    that could not be sent fails the request only where it is taken (an answer without the
+    model never needed it), but for one that got no answer by the request's hard deadline: no
+    time is left for anything else."""
 
     def __init__(self) -> None:
         self.sent = False
@@ -68,6 +70,8 @@ class SentAhead:
         self.sent = True
         try:
             self._opened = await opening
+        except StageTimeoutError:  # not even SGLang's headers by the hard deadline: no time left
+            raise
         except Exception as exc:  # kept for `take`; a cancellation goes on as one
             self._error = exc
 
