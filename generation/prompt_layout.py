@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from jinja2 import TemplateError
 
@@ -441,6 +441,9 @@ class _Assembled:
     prefix_tokens: Callable[[int], int]
 
 
+_Kept = TypeVar("_Kept")
+
+
 class PromptAssembler:
     """Renders and counts prompts from pieces made once: the chat template's frame around the
     user turn (the system prompt and the worked example inside it) is rendered once per shape,
@@ -526,23 +529,38 @@ class PromptAssembler:
 
     def _blocks_of(self, pieces: Sequence[str]) -> list[tuple[str, int]]:
         """Each piece escaped and its tokens, from the LRU; those it lacks counted together."""
-        found: dict[str, tuple[str, int]] = {}
-        with self._lock:
-            for piece in pieces:
-                hit = self._blocks.get(piece)
-                if hit is not None:
-                    self._blocks.move_to_end(piece)
-                    found[piece] = hit
-        missing = [piece for piece in dict.fromkeys(pieces) if piece not in found]
-        if missing:
+
+        def made(missing: list[str]) -> list[tuple[str, int]]:
             escaped = [self.template.escape(piece) for piece in missing]
             counts = self.template.count_tokens_each(escaped)
+            return list(zip(escaped, counts, strict=True))
+
+        return self._kept(self._blocks, pieces, made)
+
+    def _kept(
+        self,
+        lru: OrderedDict[str, _Kept],
+        keys: Sequence[str],
+        make: Callable[[list[str]], Sequence[_Kept]],
+    ) -> list[_Kept]:
+        """Each key's value from `lru`, those it lacks made in one call of `make` and kept (the
+        oldest dropped past `blocks`)."""
+        found: dict[str, _Kept] = {}
+        with self._lock:
+            for key in keys:
+                hit = lru.get(key)
+                if hit is not None:
+                    lru.move_to_end(key)
+                    found[key] = hit
+        missing = [key for key in dict.fromkeys(keys) if key not in found]
+        if missing:
+            values = make(missing)
             with self._lock:
-                for piece, text, count in zip(missing, escaped, counts, strict=True):
-                    found[piece] = self._blocks[piece] = (text, count)
-                while len(self._blocks) > self._most_blocks:
-                    self._blocks.popitem(last=False)
-        return [found[piece] for piece in pieces]
+                for key, value in zip(missing, values, strict=True):
+                    found[key] = lru[key] = value
+                while len(lru) > self._most_blocks:
+                    lru.popitem(last=False)
+        return [found[key] for key in keys]
 
     def warm(self, passages: Sequence[ContextPassage], *, vocabulary: bool) -> None:
         """Tokenize the passages' blocks (and, for a copy bias, their vocabularies) ahead of
@@ -559,22 +577,8 @@ class PromptAssembler:
         tokenized alone), so a passage is tokenized word by word once, not per prompt."""
         if not texts:
             return self.template.vocabulary(())
-        found: dict[str, frozenset[int]] = {}
-        with self._lock:
-            for text in texts:
-                hit = self._vocabularies.get(text)
-                if hit is not None:
-                    self._vocabularies.move_to_end(text)
-                    found[text] = hit
-        missing = [text for text in dict.fromkeys(texts) if text not in found]
-        if missing:
-            made = self.template.vocabularies(missing)
-            with self._lock:
-                for text, vocabulary in zip(missing, made, strict=True):
-                    found[text] = self._vocabularies[text] = vocabulary
-                while len(self._vocabularies) > self._most_blocks:
-                    self._vocabularies.popitem(last=False)
-        return frozenset().union(*found.values())
+        made = self._kept(self._vocabularies, texts, self.template.vocabularies)
+        return frozenset().union(*made)
 
     def _whole(
         self, question: str, passages: Sequence[ContextPassage], example: bool

@@ -3,6 +3,7 @@ embedder, no model weights) and an `AnswerPipeline` assembled from it and the in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -19,6 +21,7 @@ from answer_service.pipeline.forms import FormConfig
 from answer_service.pipeline.generation_steps import GenerationConfig
 from answer_service.pipeline.planning import PlanningConfig
 from answer_service.pipeline.retrieval_steps import RetrievalConfig
+from budget import Deadline
 from budget.forms import AnswerMode
 from budget.stage import Stage
 from generation.client import GenerationClient
@@ -33,6 +36,7 @@ from retrieval.sentences.scorer import Candidate, ScoredSentence
 from retrieval.sentences.span import ShortFinder
 from retrieval.sentences.splitter import definition_terms, ends_as_sentence, split_sentences
 from retrieval.sentences.store import EmbeddedPassages, SentenceRef
+from retrieval.stages import SentenceRequest
 from tests.fakes.hash_embedder import HashEmbedder
 from tests.fakes.scripted_generation import ScriptedGeneration, words
 from tests.fakes.word_template import WordTemplate
@@ -104,6 +108,21 @@ def make_pipeline(
         query_stages=query_stages,
     )
     return pipeline, exporter
+
+
+def slow_sentences(
+    monkeypatch: pytest.MonkeyPatch, pipeline: AnswerPipeline, seconds: float
+) -> None:
+    """The pipeline's sentence scoring delayed by `seconds`: a prompt sent ahead of it is
+    surely at the model (prefilling, or decoding) by the time the evidence is weighed."""
+    stage = pipeline.retriever.sentences
+    score = stage.run
+
+    async def slowly(request: SentenceRequest, deadline: Deadline) -> object:
+        await asyncio.sleep(seconds)
+        return await score(request, deadline)
+
+    monkeypatch.setattr(stage, "run", slowly)
 
 
 def scored_page(text: str, probabilities: dict[str, float]) -> list[ScoredSentence]:

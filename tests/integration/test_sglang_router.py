@@ -32,8 +32,7 @@ from generation.server.fleet import SGLangFleet, SGLangFleetConfig
 from generation.server.launch import SGLangServerConfig, write_tiny_model
 from generation.server.router import SGLangRouter, SGLangRouterConfig
 from generation.sglang_client import SamplingParams, SGLangClient, StreamTimeouts
-from retrieval.stages import SentenceRequest
-from tests.builders import make_index, make_pipeline
+from tests.builders import make_index, make_pipeline, slow_sentences
 from tests.integration.conftest import ServiceFactory
 from tests.support import free_port, post_answer
 
@@ -397,14 +396,7 @@ async def test_a_prompt_sent_ahead_of_an_abstention_is_aborted_behind_the_router
             abstain_below=1.01,  # whatever the evidence
             generation=GenerationConfig(served_model="tiny", max_new_tokens=max_new_tokens),
         )
-        stage = pipeline.retriever.sentences
-        score = stage.run
-
-        async def slowly(request: SentenceRequest, deadline: Deadline) -> object:
-            await asyncio.sleep(1.0)
-            return await score(request, deadline)
-
-        monkeypatch.setattr(stage, "run", slowly)
+        slow_sentences(monkeypatch, pipeline, 1.0)
         prepared = await pipeline.prepare(
             AnswerRequest("How long is green tea steeped?", 30_000, 3), Deadline.after_ms(30_000)
         )

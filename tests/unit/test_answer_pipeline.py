@@ -38,7 +38,7 @@ from retrieval.search.modes import register_mode, unregister_mode
 from retrieval.sentences.reader import ReadMix
 from retrieval.sentences.scorer import Candidate
 from retrieval.stages import SentenceRequest
-from tests.builders import DOCUMENTS, make_index, make_pipeline
+from tests.builders import DOCUMENTS, make_index, make_pipeline, slow_sentences
 from tests.fakes import title_searcher
 from tests.fakes.scripted_generation import ScriptedGeneration, words
 
@@ -131,14 +131,7 @@ async def test_weak_evidence_is_answered_without_the_model(
     prefill counted as wasted; no model text reaches the answer."""
     generation = ScriptedGeneration(words("never asked"))
     pipeline, _ = make_pipeline(index_dir, workers=[generation], abstain_below=None)
-    stage = pipeline.retriever.sentences
-    score = stage.run
-
-    async def slowly(request: SentenceRequest, deadline: Deadline) -> object:
-        await asyncio.sleep(0.2)
-        return await score(request, deadline)
-
-    monkeypatch.setattr(stage, "run", slowly)
+    slow_sentences(monkeypatch, pipeline, 0.2)
     events = await answer(pipeline, "Which orchestra recorded the Goldberg variations?")
     assert len(generation.prompts) == 1
     assert len(generation.aborted) == 1
