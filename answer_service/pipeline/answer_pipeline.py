@@ -333,9 +333,7 @@ class AnswerPipeline:
 
             async def on_passages(passages: list[ScoredPassage], at: RequestPlan) -> None:
                 context = context_passages(passages)
-                await ahead.send(
-                    self._open(outcome, at, retriever, context, hard, sending=ahead.sending)
-                )
+                await ahead.send(self._open(outcome, at, retriever, context, hard))
 
         elif plan.route == "model" and (
             mode == "passages" or (mode == "auto" and not self._forms.quote_expected)
@@ -530,7 +528,6 @@ class AnswerPipeline:
         context: Sequence[ContextPassage],
         hard: Deadline,
         ready: Awaitable[None] | None = None,
-        sending: Callable[[float], None] | None = None,
     ) -> tuple[Generation, RequestPlan]:
         """The generation's slot, prompt and open stream on the worker the router chooses
         (once more on another where that worker is gone)."""
@@ -554,7 +551,6 @@ class AnswerPipeline:
                     worker,
                     lookup,
                     ready,
-                    sending,
                 )
             except UpstreamUnavailableError as exc:
                 self.router.release(worker)

@@ -5,7 +5,7 @@ SGLang's response headers), and hand the open stream to the answer; each a stage
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from answer_service.errors import (
@@ -84,12 +84,10 @@ class GenerationSteps:
         worker: str,
         lookup: PassageLookup,
         ready: Awaitable[None] | None = None,
-        sending: Callable[[float], None] | None = None,
     ) -> tuple[Generation, RequestPlan]:
         """The request's slot on `worker`, its prompt and its open stream, or an error.
         `question`: what the prompt asks (a follow-up as searched, `Queries.searched`);
-        `ready`: the context's prompt pieces being made ahead (`PromptStage.prefetch`);
-        `sending`: told the prompt's expected uncached tokens just before it is sent."""
+        `ready`: the context's prompt pieces being made ahead (`PromptStage.prefetch`)."""
         gate = self._planning.gate
         slot_result, plan = await self._runner.run(
             self._slots,
@@ -121,8 +119,6 @@ class GenerationSteps:
                 ),
                 StreamTimeouts(hard, config.sglang_connect_timeout_s, config.next_token_timeout_s),
             )
-            if sending is not None:
-                sending(uncached)
             try:
                 sent, plan, span = await self._runner.start(
                     self._senders[worker],
@@ -142,7 +138,9 @@ class GenerationSteps:
         except BaseException:
             slot.release()
             raise
-        generation = Generation(prompt, sent.value, span, worker, slot, prefill_tokens)
+        generation = Generation(
+            prompt, sent.value, span, worker, slot, prefill_tokens, uncached_tokens=uncached
+        )
         return generation, plan
 
     def _uncached(self, worker: str, prompt: Prompt) -> float:

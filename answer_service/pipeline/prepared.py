@@ -48,6 +48,8 @@ class Generation:
     # Prefill work (tokens) ahead of and including this prompt when it was sent, and when.
     prefill_tokens: float
     sent_s: float = field(default_factory=time.perf_counter)
+    # This prompt's tokens the worker was expected not to hold (what it prefills).
+    uncached_tokens: float = 0.0
 
 
 class SentAhead:
@@ -64,7 +66,6 @@ class SentAhead:
         self.sent = False
         self._opened: tuple[Generation, RequestPlan] | None = None
         self._error: Exception | None = None
-        self._uncached = 0.0
 
     async def send(self, opening: Awaitable[tuple[Generation, RequestPlan]]) -> None:
         self.sent = True
@@ -74,10 +75,6 @@ class SentAhead:
             raise
         except Exception as exc:  # kept for `take`; a cancellation goes on as one
             self._error = exc
-
-    def sending(self, uncached_tokens: float) -> None:
-        """Told the prompt's expected uncached tokens just before it is sent."""
-        self._uncached = uncached_tokens
 
     def take(self) -> tuple[Generation, RequestPlan]:
         """The open stream and its plan, or the error opening it met, raised now."""
@@ -102,7 +99,7 @@ class SentAhead:
         generation.slot.release()
         generation.span.set_attribute("answer.abandoned", True)
         end_generate_span(generation.span, generation.stream.result)
-        return self._uncached
+        return generation.uncached_tokens
 
 
 @dataclass(slots=True)
